@@ -1,0 +1,1 @@
+//! The `.smelt` text format (to be written).

@@ -1,0 +1,2 @@
+//! smelt: torch.compile for Rust.
+pub use smelt_ir as ir;
