@@ -1,2 +1,168 @@
 //! smelt: torch.compile for Rust.
+//!
+//! Describe a tensor program with the tracing API ([`frontend`]) or in a `.smelt` text file
+//! ([`ir::text`]), then [`compile`] it and run it with host tensors bound by name:
+//!
+//! ```
+//! use smelt::{compile, ir::{DType, HostTensor}, frontend::Tracer};
+//! use std::collections::HashMap;
+//!
+//! let t = Tracer::new();
+//! let x = t.input("x", DType::F32, [2, 3]).unwrap();
+//! let y = x.exp().unwrap().sum(&[1], false).unwrap();
+//! t.output("y", &y).unwrap();
+//! let graph = t.finish().unwrap();
+//!
+//! let compiled = compile(&graph).unwrap();
+//! let x = HostTensor::from_f32([2, 3], vec![0.0; 6]).unwrap();
+//! let out = compiled.run(&HashMap::from([("x".to_string(), x)])).unwrap();
+//! assert_eq!(out.get("y").unwrap().to_f32_vec(), vec![3.0, 3.0]);
+//! ```
+//!
+//! Today every graph runs on the reference interpreter (`Device::Reference`); the fused CPU
+//! and CUDA backends plug in behind the same [`compile`] call.
+
+pub mod io;
+pub mod models;
+
+pub use smelt_frontend as frontend;
 pub use smelt_ir as ir;
+pub use smelt_runtime::{Device, Signature};
+
+use smelt_ir::{Graph, HostTensor};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// Everything that can go wrong between a graph and its outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Ir(#[from] smelt_ir::IrError),
+    #[error(transparent)]
+    Parse(#[from] smelt_ir::text::ParseError),
+    #[error(transparent)]
+    Frontend(#[from] smelt_frontend::FrontendError),
+    #[error(transparent)]
+    Runtime(#[from] smelt_runtime::RuntimeError),
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How to compile a graph.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Where to run; `Auto` picks the best available device.
+    pub device: Device,
+    /// Turn fusion off: one kernel per op (the baseline of the benchmarks). The reference
+    /// device is always unfused.
+    pub no_fuse: bool,
+    /// Parameters bound at compile time, by name; the rest are supplied at run time.
+    pub params: HashMap<String, HostTensor>,
+}
+
+/// A compiled graph, ready to run.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    graph: Graph,
+    device: Device,
+    params: HashMap<String, HostTensor>,
+}
+
+/// Outputs of a run, in the graph's output order, looked up by name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outputs(pub Vec<(String, HostTensor)>);
+
+impl Outputs {
+    pub fn get(&self, name: &str) -> Option<&HostTensor> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &HostTensor)> {
+        self.0.iter().map(|(n, t)| (n.as_str(), t))
+    }
+}
+
+/// Compiles `graph` for the best available device with default options.
+pub fn compile(graph: &Graph) -> Result<Compiled> {
+    compile_with(graph, Options::default())
+}
+
+/// Compiles `graph` with `options`: verifies it, resolves the device, and binds the given
+/// parameters (checking their names, dtypes and shapes).
+pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
+    smelt_ir::verify(graph)?;
+    let device = options.device.resolve()?;
+    let mut compiled = Compiled {
+        graph: graph.clone(),
+        device,
+        params: HashMap::new(),
+    };
+    compiled.bind_params(options.params)?;
+    Ok(compiled)
+}
+
+impl Compiled {
+    /// The device this graph runs on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// What `run` expects: every input, and every parameter not bound yet.
+    pub fn signature(&self) -> Signature {
+        let mut sig = Signature::of(&self.graph);
+        sig.0.retain(|b| !self.params.contains_key(&b.name));
+        sig
+    }
+
+    /// Binds parameters once; later runs need not supply them. Each must be a parameter of the
+    /// graph with the declared dtype and shape.
+    pub fn bind_params(&mut self, params: HashMap<String, HostTensor>) -> Result<()> {
+        let sig = Signature::of(&self.graph);
+        let mut problems = Vec::new();
+        let mut names: Vec<&String> = params.keys().collect();
+        names.sort();
+        for name in names {
+            let t = &params[name];
+            match sig.0.iter().find(|b| &b.name == name) {
+                Some(b) if !b.is_param => problems.push(format!(
+                    "{name:?} is an input, not a parameter: supply it to run()"
+                )),
+                Some(b) if b.ty.dtype != t.dtype() || b.ty.shape != *t.shape() => {
+                    problems.push(format!(
+                        "parameter {name:?} is {}{} but the graph expects {}",
+                        t.dtype(),
+                        t.shape(),
+                        b.ty
+                    ))
+                }
+                Some(_) => {}
+                None => problems.push(format!("{name:?} is not a parameter of the graph")),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(smelt_runtime::RuntimeError::Bindings {
+                problems,
+                expected: sig,
+            }
+            .into());
+        }
+        self.params.extend(params);
+        Ok(())
+    }
+
+    /// Runs the graph on host tensors given by input name; returns outputs by name.
+    pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Outputs> {
+        smelt_runtime::check_bindings(&self.graph, inputs, &self.params)?;
+        let mut all = self.params.clone();
+        all.extend(inputs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let out =
+            smelt_ir::interp::eval(&self.graph, &all).map_err(smelt_runtime::RuntimeError::from)?;
+        Ok(Outputs(out))
+    }
+}

@@ -1,1 +1,150 @@
-fn main() {}
+//! The `smelt` command-line tool.
+
+use clap::{Parser, Subcommand};
+use smelt::{compile_with, io, ir, models, Device, Options};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "smelt",
+    version,
+    about = "torch.compile for Rust: compile and run tensor programs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse and verify a .smelt file; print every value with its dtype and shape.
+    Check {
+        /// The .smelt program.
+        file: PathBuf,
+    },
+    /// Run a .smelt program on tensors from a safetensors file.
+    Run {
+        /// The .smelt program.
+        file: PathBuf,
+        /// Inputs (and parameters) matched to the graph by name.
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// Where to write the outputs (safetensors, by output name).
+        #[arg(long)]
+        out: PathBuf,
+        /// reference, cpu, cuda, cuda:N or auto.
+        #[arg(long, default_value = "auto")]
+        device: String,
+        /// Run one kernel per op (the unfused baseline).
+        #[arg(long)]
+        no_fuse: bool,
+    },
+    /// Compile a built-in model (a BERT-style encoder layer) and run it on the best device.
+    Demo {
+        /// reference, cpu, cuda, cuda:N or auto.
+        #[arg(long, default_value = "auto")]
+        device: String,
+        /// Sequence length of the demo input.
+        #[arg(long, default_value_t = 32)]
+        seq: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check { file } => check(&file),
+        Command::Run {
+            file,
+            inputs,
+            out,
+            device,
+            no_fuse,
+        } => run(&file, inputs.as_deref(), &out, &device, no_fuse),
+        Command::Demo { device, seq } => demo(&device, seq),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                eprintln!("  caused by: {s}");
+                source = s.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_graph(file: &Path) -> smelt::Result<ir::Graph> {
+    let src = std::fs::read_to_string(file).map_err(|e| smelt::Error::File {
+        path: file.to_path_buf(),
+        message: format!("cannot read: {e}"),
+    })?;
+    ir::text::parse(&src).map_err(|e| smelt::Error::File {
+        path: file.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+fn check(file: &Path) -> smelt::Result<()> {
+    let graph = load_graph(file)?;
+    ir::verify(&graph)?;
+    print!("{}", ir::text::print(&graph));
+    let sig = smelt::Signature::of(&graph);
+    println!(
+        "# ok: {} values, {} inputs/params, {} outputs",
+        graph.len(),
+        sig.0.len(),
+        graph.outputs().len()
+    );
+    Ok(())
+}
+
+fn run(
+    file: &Path,
+    inputs: Option<&Path>,
+    out: &Path,
+    device: &str,
+    no_fuse: bool,
+) -> smelt::Result<()> {
+    let graph = load_graph(file)?;
+    let device: Device = device.parse().map_err(smelt::Error::Runtime)?;
+    let tensors = match inputs {
+        Some(p) => io::load_safetensors(p)?,
+        None => Default::default(),
+    };
+    let compiled = compile_with(
+        &graph,
+        Options {
+            device,
+            no_fuse,
+            ..Options::default()
+        },
+    )?;
+    let start = Instant::now();
+    let outputs = compiled.run(&tensors)?;
+    let elapsed = start.elapsed();
+    io::save_safetensors(out, outputs.iter())?;
+    println!(
+        "ran {} on {} in {:.3} ms",
+        file.display(),
+        compiled.device(),
+        elapsed.as_secs_f64() * 1e3
+    );
+    for (name, t) in outputs.iter() {
+        println!("  {name}: {}{}", t.dtype(), t.shape());
+    }
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+fn demo(device: &str, seq: usize) -> smelt::Result<()> {
+    let device: Device = device.parse().map_err(smelt::Error::Runtime)?;
+    let report = models::run_demo(device, seq)?;
+    print!("{report}");
+    Ok(())
+}

@@ -1,1 +1,5 @@
-fn main(){}
+//! Integration tests of the whole stack (one binary, so the crate graph links once).
+
+mod catalogue;
+mod cli;
+mod end_to_end;

@@ -27,8 +27,8 @@ pub enum IrError {
     #[error("{op}: cannot broadcast {lhs} with {rhs}")]
     Broadcast {
         op: &'static str,
-        lhs: TensorType,
-        rhs: TensorType,
+        lhs: Box<TensorType>,
+        rhs: Box<TensorType>,
     },
     #[error("{op}: operands must have the same dtype, got {operands} (insert a cast)")]
     DTypeMismatch { op: &'static str, operands: Types },
@@ -42,7 +42,7 @@ pub enum IrError {
     Axis {
         op: &'static str,
         axis: i64,
-        ty: TensorType,
+        ty: Box<TensorType>,
     },
     #[error("{op}: {message} (operands: {operands})")]
     Invalid {
@@ -61,8 +61,8 @@ pub enum IrError {
     #[error("{op}: stored type {found} differs from the type its operands give, {expected}")]
     TypeMismatch {
         op: &'static str,
-        expected: TensorType,
-        found: TensorType,
+        expected: Box<TensorType>,
+        found: Box<TensorType>,
     },
     #[error("output {name:?} refers to {node}, which is not a node of the graph")]
     BadOutput { name: String, node: NodeId },
@@ -88,7 +88,11 @@ impl IrError {
         }
     }
 
-    pub(crate) fn invalid(op: &'static str, message: impl Into<String>, operands: &[&TensorType]) -> IrError {
+    pub(crate) fn invalid(
+        op: &'static str,
+        message: impl Into<String>,
+        operands: &[&TensorType],
+    ) -> IrError {
         IrError::Invalid {
             op,
             message: message.into(),

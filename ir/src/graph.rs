@@ -198,7 +198,12 @@ impl Graph {
 
     // ---- typed builders -------------------------------------------------------------------
 
-    pub fn input(&mut self, name: impl Into<String>, dtype: DType, shape: impl Into<Shape>) -> Result<NodeId> {
+    pub fn input(
+        &mut self,
+        name: impl Into<String>,
+        dtype: DType,
+        shape: impl Into<Shape>,
+    ) -> Result<NodeId> {
         self.push(Op::Input {
             name: name.into(),
             dtype,
@@ -206,7 +211,12 @@ impl Graph {
         })
     }
 
-    pub fn param(&mut self, name: impl Into<String>, dtype: DType, shape: impl Into<Shape>) -> Result<NodeId> {
+    pub fn param(
+        &mut self,
+        name: impl Into<String>,
+        dtype: DType,
+        shape: impl Into<Shape>,
+    ) -> Result<NodeId> {
         self.push(Op::Param {
             name: name.into(),
             dtype,
@@ -239,7 +249,13 @@ impl Graph {
         self.push(Op::Cast { input, to })
     }
 
-    pub fn reduce(&mut self, op: ReduceOp, input: NodeId, axes: &[usize], keepdim: bool) -> Result<NodeId> {
+    pub fn reduce(
+        &mut self,
+        op: ReduceOp,
+        input: NodeId,
+        axes: &[usize],
+        keepdim: bool,
+    ) -> Result<NodeId> {
         self.push(Op::Reduce {
             op,
             input,

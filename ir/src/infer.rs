@@ -128,14 +128,13 @@ pub fn infer<'g>(op: &Op, ty: impl Fn(NodeId) -> &'g TensorType) -> Result<Tenso
                 return Err(IrError::Axis {
                     op: name,
                     axis: *axis as i64,
-                    ty: (*first).clone(),
+                    ty: Box::new((*first).clone()),
                 });
             }
             let mut dims = first.shape.dims().to_vec();
             for t in &tys[1..] {
                 let ok = t.shape.rank() == dims.len()
-                    && t
-                        .shape
+                    && t.shape
                         .dims()
                         .iter()
                         .zip(&dims)
@@ -180,8 +179,7 @@ pub fn infer<'g>(op: &Op, ty: impl Fn(NodeId) -> &'g TensorType) -> Result<Tenso
             index_dtype(name, i)?;
             check_axis(name, *axis, a)?;
             let ok = i.shape.rank() == a.shape.rank()
-                && i
-                    .shape
+                && i.shape
                     .dims()
                     .iter()
                     .zip(a.shape.dims())
@@ -398,11 +396,13 @@ fn same_dtype(op: &'static str, tys: &[&TensorType]) -> Result<()> {
 }
 
 fn broadcast(op: &'static str, x: &TensorType, y: &TensorType) -> Result<Shape> {
-    x.shape.broadcast(&y.shape).ok_or_else(|| IrError::Broadcast {
-        op,
-        lhs: x.clone(),
-        rhs: y.clone(),
-    })
+    x.shape
+        .broadcast(&y.shape)
+        .ok_or_else(|| IrError::Broadcast {
+            op,
+            lhs: Box::new(x.clone()),
+            rhs: Box::new(y.clone()),
+        })
 }
 
 fn check_axis(op: &'static str, axis: usize, a: &TensorType) -> Result<()> {
@@ -410,7 +410,7 @@ fn check_axis(op: &'static str, axis: usize, a: &TensorType) -> Result<()> {
         return Err(IrError::Axis {
             op,
             axis: axis as i64,
-            ty: a.clone(),
+            ty: Box::new(a.clone()),
         });
     }
     Ok(())

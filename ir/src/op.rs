@@ -157,31 +157,54 @@ pub type Axes = SmallVec<[usize; 4]>;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// A graph input, supplied on every run.
-    Input { name: String, dtype: DType, shape: Shape },
+    Input {
+        name: String,
+        dtype: DType,
+        shape: Shape,
+    },
     /// A weight: bound once at compile time or supplied at run time.
-    Param { name: String, dtype: DType, shape: Shape },
+    Param {
+        name: String,
+        dtype: DType,
+        shape: Shape,
+    },
     /// A constant tensor (a 0-d tensor for scalars).
     Constant(HostTensor),
     Unary(UnaryOp, NodeId),
     Binary(BinaryOp, NodeId, NodeId),
     /// `where(cond, a, b)`: `cond` is bool; all three broadcast.
     Where(NodeId, NodeId, NodeId),
-    Cast { input: NodeId, to: DType },
+    Cast {
+        input: NodeId,
+        to: DType,
+    },
     Reduce {
         op: ReduceOp,
         input: NodeId,
         axes: Axes,
         keepdim: bool,
     },
-    Reshape { input: NodeId, shape: Shape },
-    Permute { input: NodeId, perm: SmallVec<[usize; 6]> },
-    Expand { input: NodeId, shape: Shape },
+    Reshape {
+        input: NodeId,
+        shape: Shape,
+    },
+    Permute {
+        input: NodeId,
+        perm: SmallVec<[usize; 6]>,
+    },
+    Expand {
+        input: NodeId,
+        shape: Shape,
+    },
     /// One range per axis.
     Slice {
         input: NodeId,
         ranges: SmallVec<[SliceRange; 6]>,
     },
-    Concat { inputs: SmallVec<[NodeId; 4]>, axis: usize },
+    Concat {
+        inputs: SmallVec<[NodeId; 4]>,
+        axis: usize,
+    },
     /// Constant padding: `(before, after)` per axis.
     Pad {
         input: NodeId,
@@ -191,9 +214,17 @@ pub enum Op {
     /// `torch.matmul` semantics: 1-D operands, batching and broadcast batch dims.
     MatMul(NodeId, NodeId),
     /// `torch.gather(input, axis, index)`: `index` has the rank of `input`; out shape = index shape.
-    Gather { input: NodeId, index: NodeId, axis: usize },
+    Gather {
+        input: NodeId,
+        index: NodeId,
+        axis: usize,
+    },
     /// `torch.index_select(input, axis, index)`: `index` is 1-D.
-    IndexSelect { input: NodeId, index: NodeId, axis: usize },
+    IndexSelect {
+        input: NodeId,
+        index: NodeId,
+        axis: usize,
+    },
 }
 
 impl Op {

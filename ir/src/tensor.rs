@@ -100,7 +100,7 @@ impl TensorData {
     /// A bool byte other than 0 or 1 is an error.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Result<TensorData> {
         let size = dtype.size_bytes();
-        if bytes.len() % size != 0 {
+        if !bytes.len().is_multiple_of(size) {
             return Err(IrError::Data(format!(
                 "{} bytes is not a whole number of {dtype} elements ({size} bytes each)",
                 bytes.len()
@@ -138,18 +138,22 @@ impl PartialEq for TensorData {
             (TensorData::Bool(a), TensorData::Bool(b)) => a == b,
             (TensorData::I32(a), TensorData::I32(b)) => a == b,
             (TensorData::I64(a), TensorData::I64(b)) => a == b,
-            (TensorData::F16(a), TensorData::F16(b)) => {
-                a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits()))
-            }
-            (TensorData::BF16(a), TensorData::BF16(b)) => {
-                a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits()))
-            }
-            (TensorData::F32(a), TensorData::F32(b)) => {
-                a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits()))
-            }
-            (TensorData::F64(a), TensorData::F64(b)) => {
-                a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits()))
-            }
+            (TensorData::F16(a), TensorData::F16(b)) => a
+                .iter()
+                .map(|x| x.to_bits())
+                .eq(b.iter().map(|x| x.to_bits())),
+            (TensorData::BF16(a), TensorData::BF16(b)) => a
+                .iter()
+                .map(|x| x.to_bits())
+                .eq(b.iter().map(|x| x.to_bits())),
+            (TensorData::F32(a), TensorData::F32(b)) => a
+                .iter()
+                .map(|x| x.to_bits())
+                .eq(b.iter().map(|x| x.to_bits())),
+            (TensorData::F64(a), TensorData::F64(b)) => a
+                .iter()
+                .map(|x| x.to_bits())
+                .eq(b.iter().map(|x| x.to_bits())),
             _ => false,
         }
     }

@@ -37,8 +37,8 @@ pub fn verify(graph: &Graph) -> Result<()> {
         if expected != node.ty {
             return Err(IrError::TypeMismatch {
                 op: node.op.name(),
-                expected,
-                found: node.ty.clone(),
+                expected: Box::new(expected),
+                found: Box::new(node.ty.clone()),
             }
             .at(id));
         }

@@ -1,3 +1,14 @@
-//! Devices, kernel caches, memory planning and launches.
+//! smelt's runtime: devices, argument binding, and (in later issues) kernel caches, memory
+//! planning and launches.
 //!
-//! Not built yet beyond device naming (issues 4 and 5).
+//! Today only the reference device exists: it runs graphs through the reference interpreter
+//! (`smelt_ir::interp`). `Device::Cpu` and `Device::Cuda(n)` are named so that callers can ask
+//! for them; they answer [`RuntimeError::DeviceNotAvailable`] until their backends land.
+
+mod bindings;
+mod device;
+mod error;
+
+pub use bindings::{check_bindings, Binding, Signature};
+pub use device::Device;
+pub use error::{Result, RuntimeError};

@@ -1,0 +1,21 @@
+//! Runtime errors.
+
+use crate::bindings::Signature;
+use crate::device::Device;
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("device {device} is not available: {reason}")]
+    DeviceNotAvailable { device: Device, reason: String },
+    #[error("unknown device {0:?} (expected auto, reference, cpu, cuda or cuda:N)")]
+    UnknownDevice(String),
+    #[error("{}\nthe graph expects:\n{expected}", problems.join("\n"))]
+    Bindings {
+        problems: Vec<String>,
+        expected: Signature,
+    },
+    #[error(transparent)]
+    Eval(#[from] smelt_ir::interp::EvalError),
+}

@@ -1,0 +1,160 @@
+//! The `smelt` binary: exit codes and what it prints.
+
+use smelt::ir::{HostTensor, TensorData};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn smelt(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smelt"))
+        .args(args)
+        .output()
+        .expect("the smelt binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const MLP: &str = "%x = input \"x\" : f32[2, 3]\n\
+                   %w = param \"w\" : f32[3, 2]\n\
+                   %0 = matmul %x, %w\n\
+                   %1 = relu %0\n\
+                   output \"y\" = %1\n";
+
+fn write(dir: &Path, name: &str, contents: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, contents).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn check_prints_every_value_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "mlp.smelt", MLP);
+    let out = smelt(&["check", &file]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("matmul") && stdout.contains("f32[2, 2]"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("relu"), "{stdout}");
+    assert!(stdout.contains("ok: 4 values"), "{stdout}");
+}
+
+#[test]
+fn check_reports_parse_errors_with_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "bad.smelt",
+        "%x = input \"x\" : f32[2]\n%0 = add %x\n",
+    );
+    let out = smelt(&["check", &file]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("bad.smelt") && stderr.contains("line 2"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn run_reads_and_writes_safetensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "mlp.smelt", MLP);
+    let x = HostTensor::from_f32([2, 3], vec![1.0, 2.0, 3.0, -1.0, -2.0, -3.0]).unwrap();
+    let w = HostTensor::from_f32([3, 2], vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0]).unwrap();
+    let inp = dir.path().join("in.safetensors");
+    smelt::io::save_safetensors(&inp, [("x", &x), ("w", &w)]).unwrap();
+    let outp = dir.path().join("out.safetensors");
+    let out = smelt(&[
+        "run",
+        &file,
+        "--inputs",
+        inp.to_str().unwrap(),
+        "--out",
+        outp.to_str().unwrap(),
+        "--device",
+        "reference",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let y = &smelt::io::load_safetensors(&outp).unwrap()["y"];
+    // x·w by hand: rows [1+3, 2+3] and [-1-3, -2-3], then relu.
+    assert_eq!(y.to_f32_vec(), vec![4.0, 5.0, 0.0, 0.0]);
+}
+
+#[test]
+fn run_with_missing_input_lists_expectations() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "mlp.smelt", MLP);
+    let w = HostTensor::new([3, 2], TensorData::F32(vec![0.0; 6])).unwrap();
+    let inp = dir.path().join("in.safetensors");
+    smelt::io::save_safetensors(&inp, [("w", &w)]).unwrap();
+    let outp = dir.path().join("out.safetensors");
+    let out = smelt(&[
+        "run",
+        &file,
+        "--inputs",
+        inp.to_str().unwrap(),
+        "--out",
+        outp.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("missing input \"x\" (f32[2, 3])"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("param \"w\": f32[3, 2]"), "{stderr}");
+    assert!(!outp.exists());
+}
+
+#[test]
+fn run_on_unbuilt_device_says_not_available() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "mlp.smelt", MLP);
+    let outp = dir.path().join("out.safetensors");
+    for device in ["cpu", "cuda"] {
+        let out = smelt(&[
+            "run",
+            &file,
+            "--out",
+            outp.to_str().unwrap(),
+            "--device",
+            device,
+        ]);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("not available"), "{stderr}");
+    }
+}
+
+#[test]
+fn demo_runs_and_reports() {
+    let out = smelt(&["demo", "--seq", "8"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("reference"), "{stdout}");
+    assert!(stdout.contains("encoder"), "{stdout}");
+}
+
+#[test]
+fn every_example_checks() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "smelt") {
+            let out = smelt(&["check", path.to_str().unwrap()]);
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                text(&out.stderr)
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "expected at least three examples, found {n}");
+}
