@@ -22,12 +22,18 @@
 //! Today every graph runs on the reference interpreter (`Device::Reference`); the fused CPU
 //! and CUDA backends plug in behind the same [`compile`] call.
 
+/// The README's examples run as doctests, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod io;
 pub mod models;
 
 pub use smelt_frontend as frontend;
 pub use smelt_ir as ir;
-pub use smelt_runtime::{Device, Signature};
+pub use smelt_ir::Signature;
+pub use smelt_runtime::Device;
 
 use smelt_ir::{Graph, HostTensor};
 use std::collections::HashMap;

@@ -115,14 +115,16 @@ pub fn uniform(shape: &[usize], scale: f32, seed: u64) -> HostTensor {
     HostTensor::from_f32(shape.to_vec(), data).expect("numel matches shape")
 }
 
-/// Random weights for `cfg` (layer-norm weights 1, biases small).
+/// Random weights for `cfg` (layer-norm weights 1 and biases 0, other biases small).
 pub fn encoder_weights(cfg: &EncoderConfig, seed: u64) -> HashMap<String, HostTensor> {
     cfg.params()
         .into_iter()
         .enumerate()
         .map(|(i, (name, shape))| {
-            let t = if name.starts_with("ln") && name.ends_with("_w") {
-                HostTensor::from_f32(shape.clone(), vec![1.0; shape[0]]).expect("1-D")
+            let t = if name.starts_with("ln") {
+                // Layer-norm weight 1 and bias 0, so the output rows have mean 0, variance 1.
+                let value = if name.ends_with("_w") { 1.0 } else { 0.0 };
+                HostTensor::from_f32(shape.clone(), vec![value; shape[0]]).expect("1-D")
             } else {
                 let scale = if shape.len() == 2 { 0.05 } else { 0.02 };
                 uniform(&shape, scale, seed.wrapping_add(i as u64))

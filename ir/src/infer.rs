@@ -147,7 +147,9 @@ pub fn infer<'g>(op: &Op, ty: impl Fn(NodeId) -> &'g TensorType) -> Result<Tenso
                         &tys,
                     ));
                 }
-                dims[*axis] += t.shape.dims()[*axis];
+                dims[*axis] = dims[*axis]
+                    .checked_add(t.shape.dims()[*axis])
+                    .ok_or_else(|| IrError::invalid(name, "result size overflows", &tys))?;
             }
             Ok(TensorType::new(first.dtype, dims))
         }
@@ -164,13 +166,14 @@ pub fn infer<'g>(op: &Op, ty: impl Fn(NodeId) -> &'g TensorType) -> Result<Tenso
                     &[a],
                 ));
             }
-            let dims: Vec<usize> = a
+            let dims = a
                 .shape
                 .dims()
                 .iter()
                 .zip(pads)
-                .map(|(&d, &(lo, hi))| d + lo + hi)
-                .collect();
+                .map(|(&d, &(lo, hi))| d.checked_add(lo)?.checked_add(hi))
+                .collect::<Option<Vec<usize>>>()
+                .ok_or_else(|| IrError::invalid(name, "result size overflows", &[a]))?;
             Ok(TensorType::new(a.dtype, dims))
         }
         Op::MatMul(x, y) => infer_matmul(ty(*x), ty(*y)),

@@ -36,7 +36,7 @@ fn missing_binding_lists_what_the_graph_expects() {
     let err = eval(&g, &bind(&[("x", f32s(&[2, 3], vec![0.0; 6]))])).unwrap_err();
     assert!(matches!(&err, EvalError::MissingBinding { name, kind: "param", .. } if name == "w"));
     let msg = err.to_string();
-    for part in ["\"w\"", "input x: f32[2, 3]", "param w: i64[3]"] {
+    for part in ["\"w\"", "input \"x\": f32[2, 3]", "param \"w\": i64[3]"] {
         assert!(msg.contains(part), "{msg:?} lacks {part:?}");
     }
     // A missing input is reported as an input; eval_nodes reports the same.

@@ -1,52 +1,8 @@
 //! Matching caller tensors to a graph's inputs and parameters by name.
 
 use crate::error::{Result, RuntimeError};
-use smelt_ir::{Graph, HostTensor, TensorType};
+use smelt_ir::{Graph, HostTensor, Signature};
 use std::collections::HashMap;
-use std::fmt;
-
-/// One tensor a graph needs at run time.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Binding {
-    pub name: String,
-    pub ty: TensorType,
-    pub is_param: bool,
-}
-
-/// Everything a graph needs at run time, in graph order; printed one binding per line.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Signature(pub Vec<Binding>);
-
-impl Signature {
-    pub fn of(graph: &Graph) -> Signature {
-        Signature(
-            graph
-                .bindings()
-                .map(|(name, _, ty, is_param)| Binding {
-                    name: name.to_string(),
-                    ty: ty.clone(),
-                    is_param,
-                })
-                .collect(),
-        )
-    }
-}
-
-impl fmt::Display for Signature {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            return f.write_str("  (nothing)");
-        }
-        for (i, b) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
-            }
-            let kind = if b.is_param { "param" } else { "input" };
-            write!(f, "  {kind} {:?}: {}", b.name, b.ty)?;
-        }
-        Ok(())
-    }
-}
 
 /// Checks that `given` (plus the already bound `params`) supplies exactly the graph's inputs
 /// and parameters with the right dtypes and shapes. Every problem is reported at once: missing,

@@ -1,7 +1,7 @@
 //! Runtime errors.
 
-use crate::bindings::Signature;
 use crate::device::Device;
+use smelt_ir::Signature;
 
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 

@@ -9,6 +9,6 @@ mod bindings;
 mod device;
 mod error;
 
-pub use bindings::{check_bindings, Binding, Signature};
+pub use bindings::check_bindings;
 pub use device::Device;
 pub use error::{Result, RuntimeError};

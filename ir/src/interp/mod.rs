@@ -59,16 +59,16 @@ use crate::dtype::DType;
 use crate::error::IrError;
 use crate::graph::{Graph, NodeId, TensorType};
 use crate::op::Op;
+use crate::signature::Signature;
 use crate::tensor::{HostTensor, TensorData};
 use std::collections::HashMap;
-use std::fmt;
 
 /// An error of [`eval`]: a bad binding, a data-dependent failure, or a graph that fails
 /// [`crate::verify()`].
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum EvalError {
     /// An input or parameter of the graph has no entry in the bindings.
-    #[error("no binding for {kind} {name:?}; the graph expects {expected}")]
+    #[error("no binding for {kind} {name:?}; the graph expects:\n{expected}")]
     MissingBinding {
         /// The first input or parameter without a binding.
         name: String,
@@ -115,53 +115,6 @@ pub enum EvalError {
 impl From<IrError> for EvalError {
     fn from(e: IrError) -> EvalError {
         EvalError::Graph(Box::new(e))
-    }
-}
-
-/// One runtime-bound tensor a graph expects.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BindingSpec {
-    pub name: String,
-    /// `true` for a parameter, `false` for an input.
-    pub is_param: bool,
-    /// The declared dtype and shape.
-    pub ty: TensorType,
-}
-
-/// Every input and parameter of a graph, in node order; printed
-/// `input x: f32[2, 3], param w: f32[3]`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Signature(pub Vec<BindingSpec>);
-
-impl Signature {
-    /// The inputs and parameters of `graph`.
-    pub fn of(graph: &Graph) -> Signature {
-        Signature(
-            graph
-                .bindings()
-                .map(|(name, _, ty, is_param)| BindingSpec {
-                    name: name.to_string(),
-                    is_param,
-                    ty: ty.clone(),
-                })
-                .collect(),
-        )
-    }
-}
-
-impl fmt::Display for Signature {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            return f.write_str("no inputs");
-        }
-        for (i, b) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            let kind = if b.is_param { "param" } else { "input" };
-            write!(f, "{kind} {}: {}", b.name, b.ty)?;
-        }
-        Ok(())
     }
 }
 

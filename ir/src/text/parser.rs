@@ -134,11 +134,6 @@ impl Parser {
             "an attribute (`key=value`), `:` or end of line"
         })?;
         let ir = |e: IrError| cur.error(op_col, e.into());
-        if dims_overflow(&self.graph, &op) {
-            let tys: Vec<&TensorType> = op.operands().iter().map(|&o| self.graph.ty(o)).collect();
-            let msg = "a result dimension overflows usize";
-            return Err(ir(IrError::invalid(op.name(), msg, &tys)));
-        }
         let op_static = op.name();
         let id = self.graph.push(op).map_err(ir)?;
         if let Some((col, found)) = annotation {
@@ -211,24 +206,4 @@ fn const_body(cur: &mut Cursor, ty: &TensorType) -> PResult<HostTensor> {
         return Err(cur.error(col, ParseErrorKind::BadLiteral(msg)));
     }
     HostTensor::new(ty.shape.clone(), data).map_err(|e| cur.error(col, e.into()))
-}
-
-/// Whether a pad or a concatenation would have a dimension that overflows `usize` (the
-/// typing rules add dimensions unchecked).
-fn dims_overflow(graph: &Graph, op: &Op) -> bool {
-    match op {
-        Op::Pad { input, pads, .. } => graph
-            .ty(*input)
-            .shape
-            .dims()
-            .iter()
-            .zip(pads)
-            .any(|(&d, &(lo, hi))| d.checked_add(lo).and_then(|x| x.checked_add(hi)).is_none()),
-        Op::Concat { inputs, axis } => inputs
-            .iter()
-            .filter_map(|&i| graph.ty(i).shape.dims().get(*axis).copied())
-            .try_fold(0usize, |acc, d| acc.checked_add(d))
-            .is_none(),
-        _ => false,
-    }
 }
