@@ -50,6 +50,8 @@ pub enum Error {
     Frontend(#[from] smelt_frontend::FrontendError),
     #[error(transparent)]
     Runtime(#[from] smelt_runtime::RuntimeError),
+    #[error("{0}")]
+    Usage(String),
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
 }

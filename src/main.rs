@@ -41,6 +41,17 @@ enum Command {
         #[arg(long)]
         no_fuse: bool,
     },
+    /// Print a built-in model as .smelt text (bert-base, encoder-layer).
+    Model {
+        /// bert-base (a BERT-base forward pass) or encoder-layer (one BERT-base layer).
+        name: String,
+        /// Sequence length.
+        #[arg(long, default_value_t = 128)]
+        seq: usize,
+        /// Number of encoder layers (bert-base only).
+        #[arg(long, default_value_t = 12)]
+        layers: usize,
+    },
     /// Compile a built-in model (a BERT-style encoder layer) and run it on the best device.
     Demo {
         /// reference, cpu, cuda, cuda:N or auto.
@@ -64,6 +75,7 @@ fn main() -> ExitCode {
             no_fuse,
         } => run(&file, inputs.as_deref(), &out, &device, no_fuse),
         Command::Demo { device, seq } => demo(&device, seq),
+        Command::Model { name, seq, layers } => model(&name, seq, layers),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -146,5 +158,19 @@ fn demo(device: &str, seq: usize) -> smelt::Result<()> {
     let device: Device = device.parse().map_err(smelt::Error::Runtime)?;
     let report = models::run_demo(device, seq)?;
     print!("{report}");
+    Ok(())
+}
+
+fn model(name: &str, seq: usize, layers: usize) -> smelt::Result<()> {
+    let graph = match name {
+        "bert-base" => models::bert_base(seq, layers)?,
+        "encoder-layer" => models::encoder_layer(&models::EncoderConfig::bert_base(seq))?,
+        _ => {
+            return Err(smelt::Error::Usage(format!(
+                "unknown model {name:?} (expected bert-base or encoder-layer)"
+            )))
+        }
+    };
+    print!("{}", ir::text::print(&graph));
     Ok(())
 }

@@ -59,21 +59,32 @@ impl EncoderConfig {
 pub fn encoder_layer(cfg: &EncoderConfig) -> Result<Graph> {
     let t = Tracer::new();
     let x = t.input("x", DType::F32, [cfg.seq, cfg.hidden])?;
+    let y = encoder_block(&t, &x, "", cfg, None)?;
+    t.output("y", &y)?;
+    Ok(t.finish()?)
+}
+
+/// Traces one encoder layer on `x: f32[seq, hidden]`, declaring its parameters as
+/// `{prefix}{name}` for the names of [`EncoderConfig::params`]. `mask`, if given, is a bool
+/// `[seq]` key mask (true = attend).
+pub fn encoder_block(
+    t: &Tracer,
+    x: &Tensor,
+    prefix: &str,
+    cfg: &EncoderConfig,
+    mask: Option<&Tensor>,
+) -> Result<Tensor> {
     let mut p: HashMap<&str, Tensor> = HashMap::new();
     for (name, shape) in cfg.params() {
-        p.insert(name, t.param(name, DType::F32, shape)?);
+        p.insert(name, t.param(format!("{prefix}{name}"), DType::F32, shape)?);
     }
-    let (s, h, d) = (
-        cfg.seq as i64,
-        cfg.heads as i64,
-        (cfg.hidden / cfg.heads) as i64,
-    );
+    let (s, h, d) = (cfg.seq as i64, cfg.heads as i64, (cfg.hidden / cfg.heads) as i64);
     // [seq, hidden] -> [heads, seq, head_dim]
     let split = |y: Tensor| y.reshape(&[s, h, d])?.permute(&[1, 0, 2]);
-    let q = split(nn::linear(&x, &p["wq"], Some(&p["bq"]))?)?;
-    let k = split(nn::linear(&x, &p["wk"], Some(&p["bk"]))?)?;
-    let v = split(nn::linear(&x, &p["wv"], Some(&p["bv"]))?)?;
-    let a = nn::scaled_dot_product_attention(&q, &k, &v, None, false, None)?;
+    let q = split(nn::linear(x, &p["wq"], Some(&p["bq"]))?)?;
+    let k = split(nn::linear(x, &p["wk"], Some(&p["bk"]))?)?;
+    let v = split(nn::linear(x, &p["wv"], Some(&p["bv"]))?)?;
+    let a = nn::scaled_dot_product_attention(&q, &k, &v, mask, false, None)?;
     let a = a.permute(&[1, 0, 2])?.reshape(&[s, -1])?;
     let a = nn::linear(&a, &p["wo"], Some(&p["bo"]))?;
     let hn = nn::layer_norm(
@@ -85,14 +96,40 @@ pub fn encoder_layer(cfg: &EncoderConfig) -> Result<Graph> {
     )?;
     let f = nn::linear(&hn, &p["w1"], Some(&p["b1"]))?.gelu(GeluApproximation::None)?;
     let f = nn::linear(&f, &p["w2"], Some(&p["b2"]))?;
-    let y = nn::layer_norm(
+    Ok(nn::layer_norm(
         &hn.add(&f)?,
         &[cfg.hidden],
         Some(&p["ln2_w"]),
         Some(&p["ln2_b"]),
         cfg.eps,
-    )?;
-    t.output("y", &y)?;
+    )?)
+}
+
+/// A BERT-base forward pass (batch 1): word, position and token-type embeddings, layer_norm,
+/// `layers` encoder layers with a key mask, and the last hidden state as output `hidden`.
+/// Inputs: `input_ids: i64[seq]`, `token_type_ids: i64[seq]`, `attention_mask: bool[seq]`.
+/// This is the 1,000+-node graph the optimiser's compile-time budget is measured on.
+pub fn bert_base(seq: usize, layers: usize) -> Result<Graph> {
+    const VOCAB: usize = 30522;
+    const MAX_POS: usize = 512;
+    let cfg = EncoderConfig::bert_base(seq);
+    let t = Tracer::new();
+    let ids = t.input("input_ids", DType::I64, [seq])?;
+    let types = t.input("token_type_ids", DType::I64, [seq])?;
+    let mask = t.input("attention_mask", DType::Bool, [seq])?;
+    let word = t.param("embeddings.word", DType::F32, [VOCAB, cfg.hidden])?;
+    let pos = t.param("embeddings.position", DType::F32, [MAX_POS, cfg.hidden])?;
+    let typ = t.param("embeddings.token_type", DType::F32, [2, cfg.hidden])?;
+    let ln_w = t.param("embeddings.ln_w", DType::F32, [cfg.hidden])?;
+    let ln_b = t.param("embeddings.ln_b", DType::F32, [cfg.hidden])?;
+    let e = nn::embedding(&ids, &word)?
+        .add(&pos.slice(0, 0..seq as i64)?)?
+        .add(&nn::embedding(&types, &typ)?)?;
+    let mut x = nn::layer_norm(&e, &[cfg.hidden], Some(&ln_w), Some(&ln_b), cfg.eps)?;
+    for i in 0..layers {
+        x = encoder_block(&t, &x, &format!("layer{i}."), &cfg, Some(&mask))?;
+    }
+    t.output("hidden", &x)?;
     Ok(t.finish()?)
 }
 

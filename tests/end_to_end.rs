@@ -75,3 +75,14 @@ fn traced_model_round_trips_through_text() {
     let printed = text::print(&graph);
     assert_eq!(text::parse(&printed).unwrap(), graph);
 }
+
+/// The BERT-base forward pass used for the optimiser's compile-time budget traces and
+/// verifies, and has the size the budget is stated for.
+#[test]
+fn bert_base_forward_traces() {
+    let g = smelt::models::bert_base(128, 12).unwrap();
+    smelt::ir::verify(&g).unwrap();
+    assert!(g.len() > 1_000, "{} nodes", g.len());
+    assert_eq!(g.outputs()[0].0, "hidden");
+    assert_eq!(g.ty(g.outputs()[0].1).to_string(), "f32[128, 768]");
+}
