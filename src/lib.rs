@@ -36,6 +36,7 @@ pub use smelt_ir::Signature;
 pub use smelt_runtime::Device;
 
 use smelt_ir::{Graph, HostTensor};
+pub use smelt_passes::{FusionPlan, Optimized, PassOptions};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -50,6 +51,8 @@ pub enum Error {
     Frontend(#[from] smelt_frontend::FrontendError),
     #[error(transparent)]
     Runtime(#[from] smelt_runtime::RuntimeError),
+    #[error(transparent)]
+    Pass(#[from] smelt_passes::PassError),
     #[error("{0}")]
     Usage(String),
     #[error("{path}: {message}")]
@@ -66,14 +69,30 @@ pub struct Options {
     /// Turn fusion off: one kernel per op (the baseline of the benchmarks). The reference
     /// device is always unfused.
     pub no_fuse: bool,
+    /// Allow rewrites that change rounding or NaN behaviour (reassociation, `x * 0 → 0`, …).
+    pub fast_math: bool,
     /// Parameters bound at compile time, by name; the rest are supplied at run time.
     pub params: HashMap<String, HostTensor>,
+}
+
+impl Options {
+    /// The options of the pass pipeline these options imply.
+    pub fn pass_options(&self) -> PassOptions {
+        PassOptions {
+            fuse: !self.no_fuse,
+            fast_math: self.fast_math,
+            ..PassOptions::default()
+        }
+    }
 }
 
 /// A compiled graph, ready to run.
 #[derive(Clone, Debug)]
 pub struct Compiled {
+    /// The graph as given.
     graph: Graph,
+    /// What the optimiser made of it: the simplified graph and its fusion plan.
+    optimized: Optimized,
     device: Device,
     params: HashMap<String, HostTensor>,
 }
@@ -97,13 +116,16 @@ pub fn compile(graph: &Graph) -> Result<Compiled> {
     compile_with(graph, Options::default())
 }
 
-/// Compiles `graph` with `options`: verifies it, resolves the device, and binds the given
-/// parameters (checking their names, dtypes and shapes).
+/// Compiles `graph` with `options`: verifies it, resolves the device, runs the optimiser
+/// (simplification and fusion planning), and binds the given parameters (checking their
+/// names, dtypes and shapes).
 pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
     smelt_ir::verify(graph)?;
     let device = options.device.resolve()?;
+    let optimized = smelt_passes::optimize(graph, &options.pass_options())?;
     let mut compiled = Compiled {
         graph: graph.clone(),
+        optimized,
         device,
         params: HashMap::new(),
     };
@@ -117,8 +139,14 @@ impl Compiled {
         self.device
     }
 
+    /// The graph as given to [`compile_with`].
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// The optimiser's result: simplified graph, fusion plan and saturation reports.
+    pub fn optimized(&self) -> &Optimized {
+        &self.optimized
     }
 
     /// What `run` expects: every input, and every parameter not bound yet.
