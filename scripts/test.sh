@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # smelt's whole test suite: every crate, every test target, every feature, and the doctests
-# (the README's examples among them). Works on a fresh machine with a Rust toolchain; needs no
-# GPU and no Python. Extra arguments go to both cargo test runs.
+# (the README's examples among them). Works on a fresh machine with a Rust toolchain and pip;
+# needs no GPU. It installs NVRTC and ptxas from PyPI into .cuda/ (git-ignored) so every CUDA
+# kernel is compile-checked; set SMELT_SKIP_CUDA_TOOLS=1 to skip that (the NVRTC tests then
+# report themselves skipped). Extra arguments go to both cargo test runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export INSTA_UPDATE="${INSTA_UPDATE:-no}"
+if [ "${SMELT_SKIP_CUDA_TOOLS:-0}" != 1 ]; then
+  ./scripts/install-cuda-tools.sh
+  export SMELT_REQUIRE_NVRTC=1
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --all-features --doc "$@" 2>&1 | tee -a "$log"

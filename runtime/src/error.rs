@@ -18,4 +18,8 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Eval(#[from] smelt_ir::interp::EvalError),
+    #[error(transparent)]
+    Cuda(#[from] crate::cuda::CudaError),
+    #[error(transparent)]
+    Cpu(#[from] crate::cpu::CpuError),
 }

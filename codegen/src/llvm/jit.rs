@@ -1,0 +1,299 @@
+//! The JIT: verify, optimise for the host, compile with MCJIT, resolve function addresses.
+//!
+//! One [`JitModule`] owns one LLVM context, one execution engine and the machine code of every
+//! function its module defines. Compile the kernels of one graph into one module: each engine
+//! costs some pages of memory and a little setup time.
+//!
+//! The pipeline, in order (see [`compile`]):
+//! 1. the caller builds the module (inkwell builder) or hands over IR text;
+//! 2. the module gets the host triple and data layout, and every defined function gets the
+//!    `target-cpu` / `target-features` attributes (MCJIT's own target machine is generic; these
+//!    attributes are what make the back end use AVX2/AVX-512/NEON);
+//! 3. LLVM's verifier ([`LlvmError::Verify`] with its message);
+//! 4. the new pass manager's `default<On>` pipeline, with loop and SLP vectorisation on, against a
+//!    target machine for the chosen CPU (so the vectoriser's cost model knows the vector width);
+//! 5. the optimised IR is printed (kept for snapshots and debugging);
+//! 6. MCJIT compiles the module and every defined external function's address is resolved.
+//!
+//! Floating-point semantics are strict: no fast-math flags are added and the back end fuses
+//! only `llvm.fmuladd` (LLVM's default `FPOpFusion::Standard`), so a separate `fmul` and `fadd`
+//! round twice, as in Rust. Float reductions therefore vectorise only across independent
+//! outputs, never by reassociating one sum.
+
+use super::error::{LlvmError, Result};
+use super::options::{JitOptions, OptLevel};
+use super::target::{cpu_and_features, llvm_opt_level, target_machine};
+use inkwell::attributes::AttributeLoc;
+use inkwell::context::Context;
+use inkwell::execution_engine::ExecutionEngine;
+use inkwell::memory_buffer::MemoryBuffer;
+use inkwell::module::{Linkage, Module};
+use inkwell::passes::PassBuilderOptions;
+use inkwell::values::FunctionValue;
+use std::collections::BTreeMap;
+
+/// Machine code JIT-compiled from one LLVM module, with the optimised IR it came from.
+///
+/// Function addresses stay valid as long as the `JitModule` lives: whoever calls them keeps it
+/// alive (e.g. in an `Arc` next to the pointers).
+pub struct JitModule {
+    name: String,
+    options: JitOptions,
+    cpu: String,
+    features: String,
+    ir: String,
+    symbols: BTreeMap<String, usize>,
+    // Field order is drop order: the engine (which owns the module and the machine code) must
+    // go before the context it was created in.
+    _engine: ExecutionEngine<'static>,
+    _context: OwnedContext,
+}
+
+// SAFETY: the engine's `Rc` has no clone outside this struct (the `Module` wrapper that held one
+// is dropped at the end of `compile_impl`, and no `JitFunction` is ever created), so moving the
+// struct moves every reference to the engine together. LLVM contexts and MCJIT engines are not
+// bound to the thread that created them. After construction, `&self` methods read only
+// `name`, `ir`, `symbols` and the option strings, plain Rust data; the LLVM objects are touched
+// again only by `Drop`, which has exclusive access. So sharing `&JitModule` across threads
+// (`Sync`) never touches LLVM concurrently.
+unsafe impl Send for JitModule {}
+// SAFETY: see `Send` above: `&self` never reaches LLVM.
+unsafe impl Sync for JitModule {}
+
+impl std::fmt::Debug for JitModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JitModule")
+            .field("name", &self.name)
+            .field("options", &self.options)
+            .field("functions", &self.symbols.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl JitModule {
+    /// The module's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The options it was compiled with.
+    pub fn options(&self) -> &JitOptions {
+        &self.options
+    }
+
+    /// The CPU name and feature string the code was generated for.
+    pub fn cpu(&self) -> (&str, &str) {
+        (&self.cpu, &self.features)
+    }
+
+    /// The module's IR after optimisation, as LLVM prints it.
+    pub fn optimized_ir(&self) -> &str {
+        &self.ir
+    }
+
+    /// The external functions the module defines, by name.
+    pub fn functions(&self) -> impl Iterator<Item = &str> + '_ {
+        self.symbols.keys().map(String::as_str)
+    }
+
+    /// The address of the machine code of function `name`.
+    pub fn address(&self, name: &str) -> Result<usize> {
+        self.symbols
+            .get(name)
+            .copied()
+            .ok_or_else(|| LlvmError::MissingSymbol {
+                module: self.name.clone(),
+                name: name.to_string(),
+                defined: self.symbols.keys().cloned().collect(),
+            })
+    }
+
+    /// Function `name` as a function pointer of type `F`.
+    ///
+    /// # Safety
+    /// `F` must be an `unsafe extern "C" fn(..)` pointer type whose signature matches the LLVM
+    /// signature of `name` under the C calling convention, and the returned pointer must not be
+    /// called after this `JitModule` is dropped.
+    pub unsafe fn function<F: Copy>(&self, name: &str) -> Result<F> {
+        let address = self.address(name)?;
+        if std::mem::size_of::<F>() != std::mem::size_of::<usize>() {
+            return Err(LlvmError::NotAFunctionPointer {
+                name: name.to_string(),
+                size: std::mem::size_of::<F>(),
+            });
+        }
+        // SAFETY: `F` is pointer-sized (checked above) and, by this function's contract, a
+        // function pointer type matching the code at `address`, which is live while `self` is.
+        Ok(unsafe { std::mem::transmute_copy::<usize, F>(&address) })
+    }
+}
+
+/// Builds a module with `build`, then optimises and JIT-compiles it (see the module docs).
+///
+/// `build` receives a fresh context and an empty module named `name`; it adds functions with
+/// the inkwell builder. Every function it defines with external linkage can be looked up in the
+/// result.
+pub fn compile<F>(name: &str, options: &JitOptions, build: F) -> Result<JitModule>
+where
+    F: for<'ctx> FnOnce(&'ctx Context, &Module<'ctx>) -> Result<()>,
+{
+    compile_impl(name, options, |ctx| {
+        let module = ctx.create_module(name);
+        build(ctx, &module)?;
+        Ok(module)
+    })
+}
+
+/// Parses LLVM IR text (as [`JitModule::optimized_ir`] prints it, or hand-written), then
+/// optimises and JIT-compiles it like [`compile`].
+pub fn compile_ir(name: &str, ir: &str, options: &JitOptions) -> Result<JitModule> {
+    compile_impl(name, options, |ctx| parse_ir(ctx, name, ir))
+}
+
+/// Builds and optimises a module like [`compile`] but stops before machine code: returns the
+/// optimised IR only. For snapshots, pass a [`super::CpuTarget::Named`] target so the text does
+/// not depend on the build machine.
+pub fn optimize<F>(name: &str, options: &JitOptions, build: F) -> Result<String>
+where
+    F: for<'ctx> FnOnce(&'ctx Context, &Module<'ctx>) -> Result<()>,
+{
+    let context = Context::create();
+    let module = context.create_module(name);
+    build(&context, &module)?;
+    let (cpu, features) = cpu_and_features(&options.target)?;
+    prepare(&module, name, options.opt_level, &cpu, &features)
+}
+
+fn parse_ir<'ctx>(ctx: &'ctx Context, name: &str, ir: &str) -> Result<Module<'ctx>> {
+    let buffer = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), name);
+    ctx.create_module_from_ir(buffer)
+        .map_err(|e| LlvmError::ParseIr {
+            module: name.to_string(),
+            message: e.to_string(),
+        })
+}
+
+fn compile_impl(
+    name: &str,
+    options: &JitOptions,
+    make_module: impl FnOnce(&'static Context) -> Result<Module<'static>>,
+) -> Result<JitModule> {
+    let (cpu, features) = cpu_and_features(&options.target)?;
+    // Declared first so that it is dropped last, after the module and engine below, on every
+    // path out of this function.
+    let owned = OwnedContext::new();
+    // SAFETY: `owned` keeps the context alive until it is dropped. Everything borrowing it with
+    // the invented `'static` lifetime (the module, the engine) is dropped before `owned`: on
+    // error paths by local drop order, on success inside `JitModule`, whose field order drops
+    // the engine before the context. No borrow escapes: `make_module` callers are generic over
+    // the context lifetime (see `compile`).
+    let ctx: &'static Context = unsafe { owned.get() };
+    let module = make_module(ctx)?;
+    let ir = prepare(&module, name, options.opt_level, &cpu, &features)?;
+    let engine = module
+        .create_jit_execution_engine(llvm_opt_level(options.opt_level))
+        .map_err(|e| LlvmError::Jit {
+            module: name.to_string(),
+            message: e.to_string(),
+        })?;
+    let mut symbols = BTreeMap::new();
+    for f in defined_functions(&module) {
+        let fname = f.get_name().to_string_lossy().into_owned();
+        let address = engine
+            .get_function_address(&fname)
+            .map_err(|e| LlvmError::Jit {
+                module: name.to_string(),
+                message: format!("function {fname:?} is defined but has no address: {e}"),
+            })?;
+        symbols.insert(fname, address);
+    }
+    // The engine owns the module now; dropping the wrapper drops its clone of the engine's `Rc`
+    // (see the `Send` impl of `JitModule`).
+    drop(module);
+    Ok(JitModule {
+        name: name.to_string(),
+        options: options.clone(),
+        cpu,
+        features,
+        ir,
+        symbols,
+        _engine: engine,
+        _context: owned,
+    })
+}
+
+/// Steps 2–5 of the pipeline: target attributes, verification, optimisation, printing.
+fn prepare(
+    module: &Module<'_>,
+    name: &str,
+    opt: OptLevel,
+    cpu: &str,
+    features: &str,
+) -> Result<String> {
+    let machine = target_machine(cpu, features, opt)?;
+    module.set_triple(&machine.get_triple());
+    module.set_data_layout(&machine.get_target_data().get_data_layout());
+    let ctx = module.get_context();
+    for f in defined_functions(module) {
+        f.add_attribute(
+            AttributeLoc::Function,
+            ctx.create_string_attribute("target-cpu", cpu),
+        );
+        f.add_attribute(
+            AttributeLoc::Function,
+            ctx.create_string_attribute("target-features", features),
+        );
+    }
+    module.verify().map_err(|e| LlvmError::Verify {
+        module: name.to_string(),
+        message: e.to_string(),
+    })?;
+    let pipeline = format!("default<{opt}>");
+    let pass_options = PassBuilderOptions::create();
+    let vectorise = opt >= OptLevel::O2;
+    pass_options.set_loop_vectorization(vectorise);
+    pass_options.set_loop_slp_vectorization(vectorise);
+    pass_options.set_loop_interleaving(vectorise);
+    pass_options.set_loop_unrolling(opt > OptLevel::O0);
+    module
+        .run_passes(&pipeline, &machine, pass_options)
+        .map_err(|e| LlvmError::Optimize {
+            module: name.to_string(),
+            pipeline,
+            message: e.to_string(),
+        })?;
+    Ok(module.print_to_string().to_string())
+}
+
+/// Functions with a body and external linkage: the ones a caller can look up.
+fn defined_functions<'ctx>(module: &Module<'ctx>) -> Vec<FunctionValue<'ctx>> {
+    module
+        .get_functions()
+        .filter(|f| f.count_basic_blocks() > 0 && f.get_linkage() == Linkage::External)
+        .collect()
+}
+
+/// A heap-allocated LLVM context freed on drop, so that borrows of it can live in the same
+/// struct (its address never moves).
+struct OwnedContext(*mut Context);
+
+impl OwnedContext {
+    fn new() -> OwnedContext {
+        OwnedContext(Box::into_raw(Box::new(Context::create())))
+    }
+
+    /// # Safety
+    /// The returned reference must not be used after `self` is dropped.
+    unsafe fn get<'a>(&self) -> &'a Context {
+        // SAFETY: the pointer came from `Box::into_raw` and stays valid until `drop`; the
+        // caller promises not to outlive `self`.
+        unsafe { &*self.0 }
+    }
+}
+
+impl Drop for OwnedContext {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `Box::into_raw` in `new` and is freed only here, once.
+        drop(unsafe { Box::from_raw(self.0) });
+    }
+}

@@ -1,0 +1,48 @@
+//! LLVM for the host CPU: a small JIT layer over inkwell (LLVM 14).
+//!
+//! - [`host_target`]: LLVM version, host triple, CPU name and feature string, the compiler and
+//!   machine half of a kernel cache key.
+//! - `compile` / [`compile_ir`]: build (or parse) a module, verify it, optimise it for the host
+//!   at `-O3` with loop and SLP vectorisation, JIT-compile it with MCJIT, and get back a
+//!   [`JitModule`]: function addresses plus the optimised IR text (for snapshots).
+//!   `optimize` stops before machine code.
+//! - `demo`: hand-built kernels (axpy, and two kernels in the CPU runtime's chunked calling
+//!   convention) used by tests and as the pattern for the kernel IR code generator.
+//!
+//! Everything here is behind the `llvm` cargo feature (on by default). Without it the same
+//! names exist (minus the inkwell-typed `compile`, `optimize` and `demo`) and every entry
+//! point answers [`LlvmError::NotCompiledIn`], so GPU-only binaries build without libLLVM.
+//!
+//! Errors are [`LlvmError`]s carrying LLVM's own message (verifier output, IR parse errors,
+//! pipeline errors); a missing function is [`LlvmError::MissingSymbol`] listing what the
+//! module does define. One caveat: LLVM reports some back end failures (an intrinsic the target
+//! cannot select) with `report_fatal_error`, which aborts the process; generated IR must stay
+//! within what the host back end supports.
+
+mod error;
+mod options;
+
+pub use error::{LlvmError, Result};
+pub use options::{CpuTarget, HostTarget, JitOptions, OptLevel};
+
+#[cfg(feature = "llvm")]
+pub mod demo;
+#[cfg(feature = "llvm")]
+mod jit;
+#[cfg(feature = "llvm")]
+mod target;
+
+#[cfg(feature = "llvm")]
+pub use inkwell;
+#[cfg(feature = "llvm")]
+pub use jit::{compile, compile_ir, optimize, JitModule};
+#[cfg(feature = "llvm")]
+pub use target::{host_target, LLVM_VERSION};
+
+#[cfg(not(feature = "llvm"))]
+mod dummy;
+#[cfg(not(feature = "llvm"))]
+pub use dummy::{compile_ir, host_target, JitModule, LLVM_VERSION};
+
+/// Whether this build has the LLVM backend (the `llvm` cargo feature).
+pub const COMPILED_IN: bool = cfg!(feature = "llvm");

@@ -1,0 +1,363 @@
+//! Matmul on the CPU with `torch.matmul` semantics, through the `gemm` crate.
+//!
+//! - **Shapes.** A 1-D left operand `[k]` is a row `[1, k]` and a 1-D right operand `[k]` a
+//!   column `[k, 1]`; the added dim is absent from the output. Batch dims broadcast (PyTorch
+//!   rules). The output is dense row-major with the shape `torch.matmul` gives.
+//! - **Layouts.** Each operand is a [`MatmulOperand`]: logical dims plus element strides, read
+//!   in place. A transposed operand ([`MatmulOperand::transposed`]) or a broadcast batch
+//!   (stride 0) costs no copy: `gemm` packs panels through any row and column strides.
+//! - **dtypes.** f32 and f64 go to `gemm` directly. f16 and bf16 are widened to f32 per batch
+//!   (exact), multiplied by `gemm` in f32 and rounded once to the output dtype (nearest even, NaN
+//!   kept): `gemm` has no bf16, and its own f16 path rounds the accumulator to f16 after every
+//!   step in its matrix-vector kernels and after every `kc` block otherwise, which costs
+//!   several ulps on long contractions. i32 and i64 use a plain loop with wrapping arithmetic
+//!   (bit-exact with the reference interpreter, whose i64 accumulation narrowed to i32 equals
+//!   wrapping i32). `k = 0` gives zeros. Bool is refused.
+//! - **Threads.** Many small batches run in parallel on the pool, one `gemm` per batch without
+//!   inner threads; few large batches run one after the other, each `gemm` using every pool
+//!   thread (`Parallelism::Rayon`). Integer loops split rows across the pool.
+//! - **Accuracy.** `gemm` accumulates in f32 (f32, f16, bf16) or f64 in a
+//!   blocked order, like PyTorch's GEMMs; the reference interpreter accumulates in f64. The
+//!   difference is bounded by `γ_k · Σ_p |a_ip · b_pj|` with `γ_k ≈ k · 2⁻²⁴` for f32 (see
+//!   `runtime/tests/cpu_gemm.rs` for the tolerances tested).
+
+mod kernels;
+mod operand;
+
+pub use operand::MatmulOperand;
+
+use super::error::{CpuError, Result};
+use super::pool::CpuPool;
+use gemm::Parallelism;
+use half::{bf16, f16};
+use operand::{layout, Layout};
+use smelt_ir::{DType, HostTensor, Shape, TensorData};
+use std::ops::Range;
+
+const OP: &str = "matmul";
+
+/// Batches whose `m * n * k` is at most this run in parallel across batches even when there are
+/// fewer batches than threads (inner `gemm` threading does not pay off for them).
+const SMALL_GEMM: usize = 64 * 64 * 64;
+
+/// An element type a matmul runs on.
+pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
+    const DTYPE: DType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+        }
+    )*};
+}
+element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i32 => I32, i64 => I64);
+
+/// A checked, reusable matmul: shapes, strides and dtype fixed, buffers supplied per run.
+#[derive(Clone, Debug)]
+pub struct MatmulPlan {
+    dtype: DType,
+    out_dims: Vec<usize>,
+    batch_dims: Vec<usize>,
+    batches: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    lhs: Layout,
+    rhs: Layout,
+}
+
+impl MatmulPlan {
+    /// Checks `lhs @ rhs` of `dtype` (shapes, strides, broadcasting, dtype) and plans it.
+    pub fn new(dtype: DType, lhs: &MatmulOperand, rhs: &MatmulOperand) -> Result<MatmulPlan> {
+        let bad = |reason: String| CpuError::MatmulShape {
+            reason,
+            lhs: lhs.to_string(),
+            rhs: rhs.to_string(),
+        };
+        if dtype == DType::Bool {
+            return Err(CpuError::UnsupportedDType { op: OP, dtype });
+        }
+        for op in [lhs, rhs] {
+            if op.dims().is_empty() {
+                return Err(bad("both operands need at least one dimension".into()));
+            }
+            if op.dims().len() != op.strides().len() {
+                return Err(bad("each operand needs one stride per dimension".into()));
+            }
+        }
+        let (ld, rd) = (lhs.dims(), rhs.dims());
+        let (lr, rr) = (ld.len(), rd.len());
+        let (m, k) = if lr == 1 {
+            (1, ld[0])
+        } else {
+            (ld[lr - 2], ld[lr - 1])
+        };
+        let (k2, n) = if rr == 1 {
+            (rd[0], 1)
+        } else {
+            (rd[rr - 2], rd[rr - 1])
+        };
+        if k != k2 {
+            return Err(bad(format!("contraction dims differ ({k} vs {k2})")));
+        }
+        let lb = Shape::new(&ld[..lr.saturating_sub(2)]);
+        let rb = Shape::new(&rd[..rr.saturating_sub(2)]);
+        let batch = lb
+            .broadcast(&rb)
+            .ok_or_else(|| bad(format!("batch dims {lb} and {rb} do not broadcast")))?;
+        let batch_dims = batch.dims().to_vec();
+        let mut out_dims = batch_dims.clone();
+        if lr > 1 {
+            out_dims.push(m);
+        }
+        if rr > 1 {
+            out_dims.push(n);
+        }
+        let batches = checked_product(&batch_dims, "the batch count")?;
+        checked_product(&out_dims, "the output size")?;
+        let plan = MatmulPlan {
+            dtype,
+            out_dims,
+            batches,
+            m,
+            k,
+            n,
+            lhs: layout(lhs, true, &batch_dims)?,
+            rhs: layout(rhs, false, &batch_dims)?,
+            batch_dims,
+        };
+        Ok(plan)
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The output dims (`torch.matmul`'s result shape); the output is dense row-major.
+    pub fn out_dims(&self) -> &[usize] {
+        &self.out_dims
+    }
+
+    /// `(batches, m, k, n)`.
+    pub fn sizes(&self) -> (usize, usize, usize, usize) {
+        (self.batches, self.m, self.k, self.n)
+    }
+
+    /// The number of output elements.
+    pub fn out_len(&self) -> usize {
+        self.batches * self.m * self.n
+    }
+
+    /// Runs on typed slices: `lhs` and `rhs` start at element offset 0 of their operands,
+    /// `out` holds at least [`MatmulPlan::out_len`] elements (the rest is left alone).
+    pub fn run<T: Element>(
+        &self,
+        pool: &CpuPool,
+        lhs: &[T],
+        rhs: &[T],
+        out: &mut [T],
+    ) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(CpuError::DTypeMismatch {
+                op: OP,
+                operand: "buffer",
+                expected: self.dtype,
+                got: T::DTYPE,
+            });
+        }
+        check_span(&self.lhs, lhs.len(), "lhs")?;
+        check_span(&self.rhs, rhs.len(), "rhs")?;
+        if out.len() < self.out_len() {
+            return Err(CpuError::BufferTooSmall {
+                op: OP,
+                operand: "out",
+                needed: self.out_len(),
+                len: out.len(),
+            });
+        }
+        // SAFETY: the dtype matches `T` and every offset the plan reaches lies inside the
+        // slices (checked just above); `out` is exclusively borrowed and does not overlap the
+        // shared `lhs`/`rhs`.
+        unsafe {
+            self.run_raw(
+                pool,
+                lhs.as_ptr().cast(),
+                rhs.as_ptr().cast(),
+                out.as_mut_ptr().cast(),
+            )
+        }
+    }
+
+    /// Runs on host tensor data of the plan's dtype (see [`MatmulPlan::run`]).
+    pub fn run_data(
+        &self,
+        pool: &CpuPool,
+        lhs: &TensorData,
+        rhs: &TensorData,
+        out: &mut TensorData,
+    ) -> Result<()> {
+        let mismatch = |operand, got| CpuError::DTypeMismatch {
+            op: OP,
+            operand,
+            expected: self.dtype,
+            got,
+        };
+        macro_rules! go {
+            ($($v:ident),*) => {
+                match (lhs, rhs, out) {
+                    $((TensorData::$v(a), TensorData::$v(b), TensorData::$v(c)) => self.run(pool, a, b, c),)*
+                    (a, b, c) => Err(if a.dtype() != self.dtype {
+                        mismatch("lhs", a.dtype())
+                    } else if b.dtype() != self.dtype {
+                        mismatch("rhs", b.dtype())
+                    } else {
+                        mismatch("out", c.dtype())
+                    }),
+                }
+            };
+        }
+        go!(F32, F64, F16, BF16, I32, I64)
+    }
+
+    /// Runs on raw buffers.
+    ///
+    /// # Safety
+    /// `lhs`, `rhs` and `out` point to elements of the plan's dtype, aligned for it; every
+    /// element offset the operands' dims and strides reach from `lhs`/`rhs` is readable, the
+    /// [`MatmulPlan::out_len`] elements from `out` are writable and overlap neither operand,
+    /// and nothing else accesses `out` during the call.
+    pub unsafe fn run_raw(
+        &self,
+        pool: &CpuPool,
+        lhs: *const u8,
+        rhs: *const u8,
+        out: *mut u8,
+    ) -> Result<()> {
+        if self.out_len() == 0 {
+            return Ok(());
+        }
+        // SAFETY (all arms): forwarded contract; the casts name the plan's dtype.
+        unsafe {
+            match self.dtype {
+                DType::F32 => self.gemm_typed::<f32>(pool, lhs.cast(), rhs.cast(), out.cast()),
+                DType::F64 => self.gemm_typed::<f64>(pool, lhs.cast(), rhs.cast(), out.cast()),
+                DType::F16 => self.gemm_widened::<f16>(pool, lhs.cast(), rhs.cast(), out.cast()),
+                DType::BF16 => self.gemm_widened::<bf16>(pool, lhs.cast(), rhs.cast(), out.cast()),
+                DType::I32 => self.int_loop::<i32>(pool, lhs.cast(), rhs.cast(), out.cast()),
+                DType::I64 => self.int_loop::<i64>(pool, lhs.cast(), rhs.cast(), out.cast()),
+                DType::Bool => Err(CpuError::UnsupportedDType {
+                    op: OP,
+                    dtype: DType::Bool,
+                }),
+            }
+        }
+    }
+
+    /// Element offsets of batch `b` in the two operands.
+    fn batch_offsets(&self, b: usize) -> (isize, isize) {
+        let (mut rem, mut lo, mut ro) = (b, 0isize, 0isize);
+        for (j, &d) in self.batch_dims.iter().enumerate().rev() {
+            let i = (rem % d) as isize;
+            rem /= d;
+            lo += i * self.lhs.batch[j];
+            ro += i * self.rhs.batch[j];
+        }
+        (lo, ro)
+    }
+
+    /// Calls `body(batches, parallelism)` over all batches: chunks of batches in parallel with
+    /// serial `gemm`s, or all batches in order with threaded `gemm`s (see the module docs).
+    fn schedule(
+        &self,
+        pool: &CpuPool,
+        body: impl Fn(Range<usize>, Parallelism) + Send + Sync,
+    ) -> Result<()> {
+        let threads = pool.threads();
+        let work = self.m.saturating_mul(self.n).saturating_mul(self.k);
+        if self.batches > 1 && (self.batches >= threads || work <= SMALL_GEMM) {
+            pool.for_each_chunk(self.batches as i64, 1, |s, e| {
+                body(s as usize..e as usize, Parallelism::None)
+            })
+        } else {
+            let par = if threads > 1 {
+                Parallelism::Rayon(threads)
+            } else {
+                Parallelism::None
+            };
+            pool.install(|| body(0..self.batches, par));
+            Ok(())
+        }
+    }
+}
+
+/// `torch.matmul(lhs, rhs)` on host tensors, where `trans_lhs` / `trans_rhs` say that a tensor
+/// holds its operand with the last two dims swapped (read through strides, see
+/// [`MatmulOperand::transposed`]).
+pub fn matmul_host(
+    pool: &CpuPool,
+    lhs: &HostTensor,
+    trans_lhs: bool,
+    rhs: &HostTensor,
+    trans_rhs: bool,
+) -> Result<HostTensor> {
+    let operand = |t: &HostTensor, trans: bool| {
+        if trans {
+            MatmulOperand::transposed(t.shape().dims())
+        } else {
+            MatmulOperand::contiguous(t.shape().dims())
+        }
+    };
+    if rhs.dtype() != lhs.dtype() {
+        return Err(CpuError::DTypeMismatch {
+            op: OP,
+            operand: "rhs",
+            expected: lhs.dtype(),
+            got: rhs.dtype(),
+        });
+    }
+    let plan = MatmulPlan::new(
+        lhs.dtype(),
+        &operand(lhs, trans_lhs),
+        &operand(rhs, trans_rhs),
+    )?;
+    let mut out = TensorData::zeros(plan.dtype(), plan.out_len());
+    plan.run_data(pool, lhs.data(), rhs.data(), &mut out)?;
+    HostTensor::new(plan.out_dims(), out).map_err(|e| CpuError::MatmulShape {
+        reason: e.to_string(),
+        lhs: lhs.shape().to_string(),
+        rhs: rhs.shape().to_string(),
+    })
+}
+
+fn check_span(layout: &Layout, len: usize, operand: &'static str) -> Result<()> {
+    let Some((lo, hi)) = layout.span else {
+        return Ok(());
+    };
+    let needed = usize::try_from(hi).map_or(usize::MAX, |h| h.saturating_add(1));
+    if lo < 0 || needed > len {
+        return Err(CpuError::BufferTooSmall {
+            op: OP,
+            operand,
+            needed,
+            len,
+        });
+    }
+    Ok(())
+}
+
+fn checked_product(dims: &[usize], what: &str) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| overflow(what.to_string()))
+}
+
+fn overflow(what: String) -> CpuError {
+    CpuError::Overflow { op: OP, what }
+}

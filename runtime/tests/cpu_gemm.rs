@@ -1,0 +1,363 @@
+//! CPU matmul (`gemm` crate) against the reference interpreter: `torch.matmul` shapes (1-D,
+//! batched, broadcast batch dims, k = 0, empty outputs), operands transposed through strides
+//! (the reference graph spells the transpose as a `permute`), every dtype, typed errors.
+//!
+//! # Tolerances
+//!
+//! Floats pass when, element by element (NaN positions equal, like torch.testing's
+//! `equal_nan`):
+//!
+//! `|got - want| <= atol + rtol * |want| + γ(k) * Σ_p |a_ip * b_pj|`
+//!
+//! with torch.testing's defaults for `rtol`/`atol` (f32 1.3e-6 / 1e-5, f64 1e-7 / 1e-7,
+//! f16 1e-3 / 1e-5, bf16 1.6e-2 / 1e-5) and `γ(k) = k * u` the classic bound on the rounding
+//! error of a k-term dot product accumulated in the unit roundoff `u` of the accumulator
+//! (`2^-24` for f32, f16 and bf16, which `gemm` accumulates in f32; `2^-53` for f64). The
+//! reference accumulates in f64, so the γ term is the whole expected difference before the
+//! final rounding; it grows with `k` and with cancellation. Integers are exact.
+
+use half::{bf16, f16};
+use smelt_ir::interp::eval;
+use smelt_ir::{DType, Graph, HostTensor, Shape, TensorData};
+use smelt_runtime::cpu::{matmul_host, CpuError, CpuPool, MatmulOperand, MatmulPlan};
+use std::collections::HashMap;
+
+/// Deterministic values in [-1, 1) (floats) or [-range, range) (integers).
+fn data(dtype: DType, n: usize, seed: u64) -> TensorData {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let unit = |x: u64| (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+    match dtype {
+        DType::F32 => TensorData::F32((0..n).map(|_| unit(next()) as f32).collect()),
+        DType::F64 => TensorData::F64((0..n).map(|_| unit(next())).collect()),
+        DType::F16 => TensorData::F16((0..n).map(|_| f16::from_f64(unit(next()))).collect()),
+        DType::BF16 => TensorData::BF16((0..n).map(|_| bf16::from_f64(unit(next()))).collect()),
+        // Large enough that i32 products and sums wrap.
+        DType::I32 => TensorData::I32((0..n).map(|_| (next() >> 33) as i32).collect()),
+        DType::I64 => TensorData::I64((0..n).map(|_| next() as i64).collect()),
+        DType::Bool => TensorData::Bool((0..n).map(|_| next() & 1 == 1).collect()),
+    }
+}
+
+fn tensor(dtype: DType, dims: &[usize], seed: u64) -> HostTensor {
+    let n = Shape::new(dims).numel();
+    HostTensor::new(dims, data(dtype, n, seed)).unwrap()
+}
+
+/// `matmul(a', b')` by the reference interpreter, where `x'` is `permute(x, swap last two)`
+/// when the flag is set.
+fn reference(a: &HostTensor, ta: bool, b: &HostTensor, tb: bool) -> HostTensor {
+    let mut g = Graph::new();
+    let mut operand = |name: &str, t: &HostTensor, trans: bool| {
+        let id = g.input(name, t.dtype(), t.shape().clone()).unwrap();
+        let r = t.shape().rank();
+        if trans && r >= 2 {
+            let mut perm: Vec<usize> = (0..r).collect();
+            perm.swap(r - 2, r - 1);
+            g.permute(id, &perm).unwrap()
+        } else {
+            id
+        }
+    };
+    let x = operand("a", a, ta);
+    let y = operand("b", b, tb);
+    let out = g.matmul(x, y).unwrap();
+    g.set_output("out", out).unwrap();
+    let bindings = HashMap::from([("a".to_string(), a.clone()), ("b".to_string(), b.clone())]);
+    eval(&g, &bindings).unwrap().remove(0).1
+}
+
+/// The same values with every element replaced by its absolute value.
+fn abs(t: &HostTensor) -> HostTensor {
+    let v: Vec<f64> = (0..t.numel()).map(|i| t.data().get_f64(i).abs()).collect();
+    HostTensor::new(t.shape().clone(), TensorData::F64(v)).unwrap()
+}
+
+fn tolerance(dtype: DType) -> (f64, f64, f64) {
+    match dtype {
+        DType::F32 => (1.3e-6, 1e-5, 2f64.powi(-24)),
+        DType::F64 => (1e-7, 1e-7, 2f64.powi(-53)),
+        DType::F16 => (1e-3, 1e-5, 2f64.powi(-24)),
+        DType::BF16 => (1.6e-2, 1e-5, 2f64.powi(-24)),
+        _ => (0.0, 0.0, 0.0),
+    }
+}
+
+/// Checks `matmul_host` against the reference (see the tolerances in the module docs).
+fn check(pool: &CpuPool, a: &HostTensor, ta: bool, b: &HostTensor, tb: bool) {
+    let what = format!(
+        "{} {}{} @ {}{}",
+        a.dtype(),
+        a.shape(),
+        if ta { "ᵀ" } else { "" },
+        b.shape(),
+        if tb { "ᵀ" } else { "" }
+    );
+    let got = matmul_host(pool, a, ta, b, tb).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let want = reference(a, ta, b, tb);
+    assert_eq!(got.shape(), want.shape(), "{what}");
+    assert_eq!(got.dtype(), want.dtype(), "{what}");
+    if !a.dtype().is_float() {
+        assert_eq!(
+            got.data().to_le_bytes(),
+            want.data().to_le_bytes(),
+            "{what}"
+        );
+        return;
+    }
+    let k = match a.shape().dims() {
+        [k] => *k,
+        dims if ta => dims[dims.len() - 2],
+        dims => dims[dims.len() - 1],
+    };
+    let bound = reference(&abs(a), ta, &abs(b), tb);
+    let (rtol, atol, u) = tolerance(a.dtype());
+    for i in 0..got.numel() {
+        let (g, w) = (got.data().get_f64(i), want.data().get_f64(i));
+        if w.is_nan() {
+            assert!(g.is_nan(), "{what}: element {i}: got {g}, want NaN");
+            continue;
+        }
+        let tol = atol + rtol * w.abs() + k as f64 * u * bound.data().get_f64(i);
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: element {i}: got {g}, want {w} (|diff| {} > tol {tol})",
+            (g - w).abs()
+        );
+    }
+}
+
+/// Stored shapes of an operand whose logical shape is `dims`: as is, and transposed.
+fn stored(dims: &[usize], trans: bool) -> Vec<usize> {
+    let mut d = dims.to_vec();
+    let r = d.len();
+    if trans && r >= 2 {
+        d.swap(r - 2, r - 1);
+    }
+    d
+}
+
+/// Logical `(lhs, rhs)` shapes covering torch.matmul's cases.
+const SHAPES: &[(&[usize], &[usize])] = &[
+    (&[5], &[5]),
+    (&[4], &[4, 3]),
+    (&[3, 4], &[4]),
+    (&[7, 5], &[5, 9]),
+    (&[1, 1], &[1, 1]),
+    (&[2, 3, 4, 5], &[2, 3, 5, 6]),
+    (&[2, 1, 4, 5], &[3, 5, 6]),
+    (&[4, 5], &[3, 5, 6]),
+    (&[3, 4, 5], &[5]),
+    (&[5], &[3, 5, 6]),
+    (&[3, 1, 2, 3], &[1, 4, 3, 2]),
+    // k = 0: zeros.
+    (&[3, 0], &[0, 4]),
+    (&[2, 3, 0], &[0, 4]),
+    (&[0], &[0]),
+    // Empty outputs.
+    (&[0, 3], &[3, 4]),
+    (&[3, 4], &[4, 0]),
+    (&[0, 2, 3], &[3, 4]),
+];
+
+fn check_all_shapes(pool: &CpuPool, dtype: DType) {
+    for (i, &(l, r)) in SHAPES.iter().enumerate() {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let a = tensor(dtype, &stored(l, ta), 2 * i as u64);
+            let b = tensor(dtype, &stored(r, tb), 2 * i as u64 + 1);
+            check(pool, &a, ta, &b, tb);
+        }
+    }
+}
+
+#[test]
+fn f32_matches_the_reference_on_every_shape_and_transpose() {
+    check_all_shapes(&CpuPool::new(2).unwrap(), DType::F32);
+}
+
+#[test]
+fn f64_f16_bf16_match_the_reference_on_every_shape_and_transpose() {
+    let pool = CpuPool::new(2).unwrap();
+    for dtype in [DType::F64, DType::F16, DType::BF16] {
+        check_all_shapes(&pool, dtype);
+    }
+}
+
+#[test]
+fn integers_are_exact_and_wrap_like_the_reference() {
+    let pool = CpuPool::new(3).unwrap();
+    for dtype in [DType::I32, DType::I64] {
+        check_all_shapes(&pool, dtype);
+    }
+}
+
+#[test]
+fn larger_matrices_and_long_contractions_stay_within_the_k_scaled_tolerance() {
+    let pool = CpuPool::new(0).unwrap();
+    let cases: &[(DType, &[usize], &[usize])] = &[
+        (DType::F32, &[65, 130], &[130, 33]),
+        (DType::F32, &[8, 4096], &[4096, 8]),
+        (DType::F32, &[3, 64, 96], &[96, 80]),
+        (DType::F64, &[40, 1000], &[1000, 24]),
+        (DType::F16, &[16, 2048], &[2048, 16]),
+        (DType::BF16, &[16, 1024], &[1024, 16]),
+        (DType::I64, &[9, 300], &[300, 11]),
+    ];
+    for (i, &(dtype, l, r)) in cases.iter().enumerate() {
+        for (ta, tb) in [(false, false), (true, true)] {
+            let a = tensor(dtype, &stored(l, ta), 100 + i as u64);
+            let b = tensor(dtype, &stored(r, tb), 200 + i as u64);
+            check(&pool, &a, ta, &b, tb);
+        }
+    }
+}
+
+#[test]
+fn nan_propagates_to_its_row_and_column() {
+    let pool = CpuPool::new(2).unwrap();
+    let mut a = vec![1.0f32; 4 * 3];
+    a[3 + 1] = f32::NAN; // row 1
+    let a = HostTensor::from_f32([4, 3], a).unwrap();
+    let b = tensor(DType::F32, &[3, 5], 7);
+    check(&pool, &a, false, &b, false);
+    let out = matmul_host(&pool, &a, false, &b, false)
+        .unwrap()
+        .to_f32_vec();
+    for (i, v) in out.iter().enumerate() {
+        assert_eq!(v.is_nan(), i / 5 == 1, "element {i}: {v}");
+    }
+}
+
+/// Batched (parallel over batches) and single large (threads inside `gemm`) products are
+/// bitwise identical for every pool size: `gemm` splits rows and columns across threads but
+/// its `k` blocking, hence each element's order of accumulation, does not depend on them.
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    let a = tensor(DType::F32, &[6, 200, 300], 11);
+    let b = tensor(DType::F32, &[300, 150], 12);
+    let big_a = tensor(DType::F32, &[256, 300], 13);
+    let big_bt = tensor(DType::F32, &[280, 300], 14);
+    let half_a = tensor(DType::BF16, &[3, 130, 500], 15);
+    let run = |threads| {
+        let pool = CpuPool::new(threads).unwrap();
+        [
+            matmul_host(&pool, &a, false, &b, false).unwrap(),
+            matmul_host(&pool, &big_a, false, &big_bt, true).unwrap(),
+            matmul_host(&pool, &half_a, true, &half_a, false).unwrap(),
+        ]
+        .map(|t| t.into_data().to_le_bytes())
+    };
+    let first = run(1);
+    for threads in [1, 2, 3, 4] {
+        assert!(run(threads) == first, "{threads} threads differ from 1");
+    }
+}
+
+#[test]
+fn a_general_strided_operand_is_read_in_place() {
+    // lhs: the [3, 4] block at column 2 of a row-major [3, 10] buffer; rhs: the transpose of a
+    // [6, 4] buffer, read with strides (1, 4), broadcast over a batch of 2 with stride 0.
+    let pool = CpuPool::new(2).unwrap();
+    let buf: Vec<f64> = (0..30).map(|i| i as f64 * 0.25 - 3.0).collect();
+    let rhs_buf: Vec<f64> = (0..24).map(|i| 1.0 / (i as f64 + 1.0)).collect();
+    let lhs = MatmulOperand::new(&[3, 4], &[10, 1]);
+    let rhs = MatmulOperand::new(&[2, 4, 6], &[0, 1, 4]);
+    let plan = MatmulPlan::new(DType::F64, &lhs, &rhs).unwrap();
+    assert_eq!(plan.out_dims(), &[2, 3, 6]);
+    let mut out = vec![f64::NAN; plan.out_len() + 16];
+    plan.run(&pool, &buf[2..], &rhs_buf, &mut out).unwrap();
+    for b in 0..2 {
+        for i in 0..3 {
+            for j in 0..6 {
+                let want: f64 = (0..4)
+                    .map(|p| buf[2 + i * 10 + p] * rhs_buf[p + j * 4])
+                    .sum();
+                let got = out[b * 18 + i * 6 + j];
+                assert!(
+                    (got - want).abs() <= 1e-12,
+                    "[{b},{i},{j}]: {got} vs {want}"
+                );
+            }
+        }
+    }
+    // The red zone after the output is untouched.
+    assert!(out[plan.out_len()..].iter().all(|v| v.is_nan()));
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let pool = CpuPool::new(1).unwrap();
+    let c = MatmulOperand::contiguous;
+    let shape_err =
+        |l: &[usize], r: &[usize]| MatmulPlan::new(DType::F32, &c(l), &c(r)).unwrap_err();
+    assert!(matches!(
+        shape_err(&[2, 3], &[4, 5]),
+        CpuError::MatmulShape { .. }
+    ));
+    assert!(matches!(
+        shape_err(&[2, 2, 3], &[3, 3, 5]),
+        CpuError::MatmulShape { .. }
+    ));
+    assert!(matches!(shape_err(&[], &[3]), CpuError::MatmulShape { .. }));
+    let e = MatmulPlan::new(DType::F32, &MatmulOperand::new(&[2, 3], &[3]), &c(&[3])).unwrap_err();
+    assert!(e.to_string().contains("stride"), "{e}");
+    let e = MatmulPlan::new(DType::Bool, &c(&[2, 3]), &c(&[3, 2])).unwrap_err();
+    assert!(matches!(e, CpuError::UnsupportedDType { .. }), "{e}");
+
+    let plan = MatmulPlan::new(DType::F32, &c(&[2, 3]), &c(&[3, 4])).unwrap();
+    let (a, b) = (vec![1f32; 6], vec![1f32; 12]);
+    let mut out = vec![0f32; 8];
+    let e = plan.run(&pool, &a[..5], &b, &mut out).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CpuError::BufferTooSmall {
+                operand: "lhs",
+                needed: 6,
+                len: 5,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = plan.run(&pool, &a, &b, &mut out[..7]).unwrap_err();
+    assert!(
+        matches!(e, CpuError::BufferTooSmall { operand: "out", .. }),
+        "{e}"
+    );
+    let e = plan
+        .run(&pool, &[0f64; 6], &[0f64; 12], &mut [0f64; 8])
+        .unwrap_err();
+    assert!(matches!(e, CpuError::DTypeMismatch { .. }), "{e}");
+    let e = matmul_host(
+        &pool,
+        &tensor(DType::F32, &[2, 3], 1),
+        false,
+        &tensor(DType::F64, &[3, 2], 2),
+        false,
+    )
+    .unwrap_err();
+    assert!(matches!(e, CpuError::DTypeMismatch { .. }), "{e}");
+    // Strides that reach outside any buffer: negative offsets, overflowing reach.
+    let neg = MatmulPlan::new(
+        DType::F32,
+        &MatmulOperand::new(&[2, 3], &[-3, 1]),
+        &c(&[3, 4]),
+    )
+    .unwrap();
+    assert!(matches!(
+        neg.run(&pool, &a, &b, &mut out).unwrap_err(),
+        CpuError::BufferTooSmall { .. }
+    ));
+    let huge = MatmulPlan::new(
+        DType::F32,
+        &MatmulOperand::new(&[3, 3], &[isize::MAX, 1]),
+        &c(&[3, 4]),
+    );
+    assert!(matches!(huge.unwrap_err(), CpuError::Overflow { .. }));
+}
