@@ -41,6 +41,11 @@ enum Command {
         #[arg(long)]
         no_fuse: bool,
     },
+    /// Inspect or empty the compiled-kernel cache ($SMELT_CACHE_DIR, default ~/.cache/smelt).
+    Cache {
+        #[command(subcommand)]
+        action: CacheAction,
+    },
     /// Print a built-in model as .smelt text (bert-base, encoder-layer).
     Model {
         /// bert-base (a BERT-base forward pass) or encoder-layer (one BERT-base layer).
@@ -63,6 +68,14 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum CacheAction {
+    /// Entries and bytes on disk and in memory, per target.
+    Stats,
+    /// Remove every entry.
+    Clear,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -76,6 +89,10 @@ fn main() -> ExitCode {
         } => run(&file, inputs.as_deref(), &out, &device, no_fuse),
         Command::Demo { device, seq } => demo(&device, seq),
         Command::Model { name, seq, layers } => model(&name, seq, layers),
+        Command::Cache { action } => {
+            cache(action);
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -173,4 +190,18 @@ fn model(name: &str, seq: usize, layers: usize) -> smelt::Result<()> {
     };
     print!("{}", ir::text::print(&graph));
     Ok(())
+}
+
+fn cache(action: CacheAction) {
+    let cache = smelt_runtime::cache::KernelCache::from_env();
+    match action {
+        CacheAction::Stats => print!("{}", cache.stats()),
+        CacheAction::Clear => {
+            let r = cache.clear();
+            println!(
+                "removed {} files ({} bytes) from disk and {} entries from memory",
+                r.files_removed, r.bytes_removed, r.memory_entries_removed
+            );
+        }
+    }
 }

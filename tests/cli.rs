@@ -158,3 +158,32 @@ fn every_example_checks() {
     }
     assert!(n >= 3, "expected at least three examples, found {n}");
 }
+
+#[test]
+fn cache_stats_and_clear() {
+    use smelt_runtime::cache::{CacheKey, CacheTarget, KernelCache};
+    let dir = tempfile::tempdir().unwrap();
+    let cache = KernelCache::open(dir.path());
+    let target = CacheTarget::new("sm_90").expect("a valid target name");
+    let key = CacheKey::new(target, b"__global__ void k() {}", &[], "nvrtc-test");
+    cache.insert(&key, b"cubin bytes");
+    let run = |action: &str| {
+        Command::new(env!("CARGO_BIN_EXE_smelt"))
+            .args(["cache", action])
+            .env("SMELT_CACHE_DIR", dir.path())
+            .output()
+            .unwrap()
+    };
+    let stats = run("stats");
+    assert!(stats.status.success(), "{}", text(&stats.stderr));
+    let out = text(&stats.stdout);
+    assert!(out.contains("entries: 1") && out.contains("sm_90"), "{out}");
+    let clear = run("clear");
+    assert!(
+        text(&clear.stdout).contains("removed 1 files"),
+        "{}",
+        text(&clear.stdout)
+    );
+    let out = text(&run("stats").stdout);
+    assert!(out.contains("entries: 0"), "{out}");
+}
