@@ -78,7 +78,11 @@ pub fn encoder_block(
     for (name, shape) in cfg.params() {
         p.insert(name, t.param(format!("{prefix}{name}"), DType::F32, shape)?);
     }
-    let (s, h, d) = (cfg.seq as i64, cfg.heads as i64, (cfg.hidden / cfg.heads) as i64);
+    let (s, h, d) = (
+        cfg.seq as i64,
+        cfg.heads as i64,
+        (cfg.hidden / cfg.heads) as i64,
+    );
     // [seq, hidden] -> [heads, seq, head_dim]
     let split = |y: Tensor| y.reshape(&[s, h, d])?.permute(&[1, 0, 2]);
     let q = split(nn::linear(x, &p["wq"], Some(&p["bq"]))?)?;

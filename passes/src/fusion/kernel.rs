@@ -1,0 +1,419 @@
+//! Kernel bodies: which sets of ops one kernel can compute, and of what kind.
+//!
+//! A body is a sorted set of [`NodeId`]s of the graph; its *root* is its largest id (every
+//! other op of the body feeds the root through ops of the body), and the root's value is what
+//! the kernel materialises. Operands of body ops that are not in the body are the kernel's
+//! *inputs*: buffers it reads (graph inputs, parameters, constants, or values materialised by
+//! earlier kernels). [`classify`] decides whether one kernel can compute a body:
+//!
+//! - **elementwise**: unary/binary/where/cast ops and views, over the root's index space. Views
+//!   are index arithmetic (a view of an input is a strided or broadcast load; a view between two
+//!   ops of the body remaps the index at which the producer is recomputed); never copies.
+//! - **copy**: views only; the root is stored contiguous in its own shape, which is how a
+//!   value is materialised "in its consumer's layout".
+//! - **reduction** (row kernel): one or more reductions that all reduce the same input shape
+//!   `S` over the same axes `A`, an elementwise prologue at shape `S`, row-level ops at the
+//!   reduced shape, and an epilogue at shape `S` that reads row-level values with `keepdim`
+//!   broadcasting (softmax, layer_norm, rms_norm). Views between ops of the body are only
+//!   allowed between the two reduced shapes (`keepdim` or not); views of inputs are loads.
+//! - **matmul**: a library GEMM whose operands may be read through one permute that swaps the
+//!   last two axes (a transpose flag) on top of reshapes of the stored buffer (metadata only).
+//! - **concat / pad / gather**: one such op, its operands read through views.
+//!
+//! An op of a body whose value is also used outside the body is *recomputed* by the kernel.
+//! Only ops that are not computed from a reduction (through elementwise ops and views) may be
+//! recomputed: a kernel never recomputes a reduction.
+
+use smallvec::SmallVec;
+use smelt_ir::{Graph, NodeId, Op, Shape};
+
+/// What a kernel does, as the backends will lower it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KernelKind {
+    /// Views only: a strided copy.
+    Copy,
+    /// Elementwise ops over the root's index space.
+    Elementwise,
+    /// A row kernel: reductions over one set of axes with prologue and epilogue.
+    Reduction,
+    /// A library GEMM, operand transposes folded into flags.
+    MatMul,
+    /// `concat`.
+    Concat,
+    /// `pad`.
+    Pad,
+    /// `gather` / `index_select`.
+    Gather,
+}
+
+impl KernelKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelKind::Copy => "copy",
+            KernelKind::Elementwise => "elementwise",
+            KernelKind::Reduction => "reduction",
+            KernelKind::MatMul => "matmul",
+            KernelKind::Concat => "concat",
+            KernelKind::Pad => "pad",
+            KernelKind::Gather => "gather",
+        }
+    }
+}
+
+/// The category of one graph node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cat {
+    /// Input, parameter or constant: already in memory, never computed by a kernel.
+    Leaf,
+    Elementwise,
+    View,
+    Reduce,
+    MatMul,
+    Concat,
+    Pad,
+    Gather,
+}
+
+/// What the planner knows about the graph, shared by rules, extraction and plan building.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub graph: Graph,
+    pub cat: Vec<Cat>,
+    /// Whether the node contributes to an output.
+    pub live: Vec<bool>,
+    /// Live users of each node (graph outputs count as one user each).
+    pub uses: Vec<usize>,
+    /// Live ops using each node (graph outputs not included).
+    pub users: Vec<Vec<NodeId>>,
+    /// Whether the node is a graph output.
+    pub is_output: Vec<bool>,
+    /// Whether the node is a reduction or an elementwise op or view computed from one.
+    pub after_reduce: Vec<bool>,
+}
+
+impl Ctx {
+    pub fn new(graph: &Graph) -> Ctx {
+        let n = graph.len();
+        let cat: Vec<Cat> = graph
+            .nodes()
+            .iter()
+            .map(|node| match &node.op {
+                Op::Input { .. } | Op::Param { .. } | Op::Constant(_) => Cat::Leaf,
+                Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast { .. } => {
+                    Cat::Elementwise
+                }
+                Op::Reshape { .. } | Op::Permute { .. } | Op::Expand { .. } | Op::Slice { .. } => {
+                    Cat::View
+                }
+                Op::Reduce { .. } => Cat::Reduce,
+                Op::MatMul(..) => Cat::MatMul,
+                Op::Concat { .. } => Cat::Concat,
+                Op::Pad { .. } => Cat::Pad,
+                Op::Gather { .. } | Op::IndexSelect { .. } => Cat::Gather,
+            })
+            .collect();
+        let mut live = vec![false; n];
+        for (_, o) in graph.outputs() {
+            live[o.index()] = true;
+        }
+        let mut uses = vec![0usize; n];
+        let mut is_output = vec![false; n];
+        for (_, o) in graph.outputs() {
+            uses[o.index()] += 1;
+            is_output[o.index()] = true;
+        }
+        let mut users = vec![Vec::new(); n];
+        for id in (0..graph.len() as u32).rev().map(NodeId) {
+            if live[id.index()] {
+                for o in graph.node(id).op.operands() {
+                    live[o.index()] = true;
+                    uses[o.index()] += 1;
+                    users[o.index()].push(id);
+                }
+            }
+        }
+        for u in &mut users {
+            u.sort_unstable();
+            u.dedup();
+        }
+        let mut after_reduce = vec![false; n];
+        for id in graph.ids() {
+            after_reduce[id.index()] = match cat[id.index()] {
+                Cat::Reduce => true,
+                Cat::Elementwise | Cat::View => graph
+                    .node(id)
+                    .op
+                    .operands()
+                    .iter()
+                    .any(|o| after_reduce[o.index()]),
+                _ => false,
+            };
+        }
+        Ctx {
+            after_reduce,
+            graph: graph.clone(),
+            cat,
+            live,
+            uses,
+            users,
+            is_output,
+        }
+    }
+
+    pub fn cat(&self, n: NodeId) -> Cat {
+        self.cat[n.index()]
+    }
+
+    pub fn is_leaf(&self, n: NodeId) -> bool {
+        self.cat(n) == Cat::Leaf
+    }
+
+    pub fn shape(&self, n: NodeId) -> &Shape {
+        &self.graph.ty(n).shape
+    }
+
+    pub fn operands(&self, n: NodeId) -> SmallVec<[NodeId; 4]> {
+        self.graph.node(n).op.operands()
+    }
+
+    /// Bytes a kernel reads from buffer `n`: its stored size; 0-d constants are immediates.
+    pub fn read_bytes(&self, n: NodeId) -> u64 {
+        let node = self.graph.node(n);
+        if matches!(node.op, Op::Constant(_)) && node.ty.shape.numel() <= 1 {
+            return 0;
+        }
+        node.ty.size_bytes() as u64
+    }
+
+    /// Bytes a kernel writes to materialise `n` (contiguous, in its own shape).
+    pub fn write_bytes(&self, n: NodeId) -> u64 {
+        self.graph.ty(n).size_bytes() as u64
+    }
+}
+
+/// A legal kernel body with its kind and its inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Body {
+    /// Sorted, unique; the last one is the root.
+    pub nodes: Vec<NodeId>,
+    pub kind: KernelKind,
+    /// Operands of body ops outside the body, sorted, unique.
+    pub inputs: Vec<NodeId>,
+    /// Whether no op of the body but the root is used outside it (nothing is recomputed).
+    pub dup_free: bool,
+}
+
+impl Body {
+    pub fn root(&self) -> NodeId {
+        *self.nodes.last().expect("a body is never empty")
+    }
+
+    /// Builds the body of `nodes` (sorted, unique, non-empty) if one kernel can compute it.
+    pub fn new(ctx: &Ctx, nodes: Vec<NodeId>) -> Option<Body> {
+        let kind = classify(ctx, &nodes)?;
+        let mut inputs: Vec<NodeId> = Vec::new();
+        for &n in &nodes {
+            for o in ctx.operands(n) {
+                if nodes.binary_search(&o).is_err() {
+                    inputs.push(o);
+                }
+            }
+        }
+        inputs.sort_unstable();
+        inputs.dedup();
+        let root = *nodes.last()?;
+        // Ops of the body whose value is also needed outside it are recomputed here; a kernel
+        // never recomputes a reduction or an op computed from one (that would read its rows
+        // again, or multiply the variants the rules explore).
+        let mut dup_free = true;
+        for &n in &nodes {
+            let shared = n != root
+                && (ctx.is_output[n.index()]
+                    || ctx.users[n.index()]
+                        .iter()
+                        .any(|u| nodes.binary_search(u).is_err()));
+            if shared && ctx.after_reduce[n.index()] {
+                return None;
+            }
+            dup_free &= !shared;
+        }
+        Some(Body {
+            nodes,
+            kind,
+            inputs,
+            dup_free,
+        })
+    }
+
+    /// Modelled bytes read (each distinct input buffer once, in its stored size).
+    pub fn bytes_read(&self, ctx: &Ctx) -> u64 {
+        self.inputs.iter().map(|&i| ctx.read_bytes(i)).sum()
+    }
+}
+
+/// Whether `n` is a view whose chain of view operands inside the body reaches an input: a
+/// load through index arithmetic rather than a remap of a value computed in the body.
+fn view_of_input(ctx: &Ctx, nodes: &[NodeId], n: NodeId) -> bool {
+    let mut cur = n;
+    loop {
+        if ctx.cat(cur) != Cat::View {
+            return false;
+        }
+        let o = ctx.operands(cur)[0];
+        if nodes.binary_search(&o).is_err() {
+            return true;
+        }
+        cur = o;
+    }
+}
+
+/// The kind of kernel that computes `nodes` (sorted, unique), or `None` if no single kernel
+/// can. See the module docs for the rules.
+pub(crate) fn classify(ctx: &Ctx, nodes: &[NodeId]) -> Option<KernelKind> {
+    let root = *nodes.last()?;
+    let (mut heavy, mut elementwise, mut reduces) = (0usize, 0usize, 0usize);
+    for &n in nodes {
+        match ctx.cat(n) {
+            Cat::Leaf => return None,
+            Cat::Elementwise => elementwise += 1,
+            Cat::View => {}
+            Cat::Reduce => reduces += 1,
+            Cat::MatMul | Cat::Concat | Cat::Pad | Cat::Gather => heavy += 1,
+        }
+    }
+    if heavy > 0 {
+        if heavy > 1 || elementwise > 0 || reduces > 0 {
+            return None;
+        }
+        return match ctx.cat(root) {
+            Cat::MatMul => gemm_operands_ok(ctx, nodes).then_some(KernelKind::MatMul),
+            // Every other op is a view; views of the operands are loads.
+            Cat::Concat => Some(KernelKind::Concat),
+            Cat::Pad => Some(KernelKind::Pad),
+            Cat::Gather => Some(KernelKind::Gather),
+            _ => None,
+        };
+    }
+    if reduces > 0 {
+        return row_kernel_ok(ctx, nodes).then_some(KernelKind::Reduction);
+    }
+    Some(if elementwise == 0 {
+        KernelKind::Copy
+    } else {
+        KernelKind::Elementwise
+    })
+}
+
+/// Whether a permute swaps the last two axes (and keeps the others).
+pub(crate) fn is_transpose(perm: &[usize]) -> bool {
+    let r = perm.len();
+    r >= 2
+        && perm[r - 2] == r - 1
+        && perm[r - 1] == r - 2
+        && perm[..r - 2].iter().enumerate().all(|(i, &p)| i == p)
+}
+
+/// The operand chains of a GEMM root: `[transpose]? reshape*` down to the stored buffer, and
+/// every other op of the body on such a chain. Returns the transpose flags, or `None`.
+pub(crate) fn gemm_flags(ctx: &Ctx, nodes: &[NodeId]) -> Option<[bool; 2]> {
+    let root = *nodes.last()?;
+    let mut on_chain: Vec<NodeId> = vec![root];
+    let mut flags = [false; 2];
+    for (i, o) in ctx.operands(root).into_iter().enumerate().take(2) {
+        let mut cur = o;
+        let mut first = true;
+        while nodes.binary_search(&cur).is_ok() {
+            match &ctx.graph.node(cur).op {
+                Op::Permute { input, perm } if first && is_transpose(perm) => {
+                    flags[i] = true;
+                    on_chain.push(cur);
+                    cur = *input;
+                }
+                Op::Reshape { input, .. } => {
+                    on_chain.push(cur);
+                    cur = *input;
+                }
+                _ => return None,
+            }
+            first = false;
+        }
+    }
+    on_chain.sort_unstable();
+    on_chain.dedup();
+    (on_chain.len() == nodes.len()).then_some(flags)
+}
+
+fn gemm_operands_ok(ctx: &Ctx, nodes: &[NodeId]) -> bool {
+    gemm_flags(ctx, nodes).is_some()
+}
+
+/// The row-kernel rules of the module docs.
+fn row_kernel_ok(ctx: &Ctx, nodes: &[NodeId]) -> bool {
+    let mut row: Option<(Shape, Vec<usize>)> = None;
+    for &n in nodes {
+        if let Op::Reduce { input, axes, .. } = &ctx.graph.node(n).op {
+            let mut a: Vec<usize> = axes.to_vec();
+            a.sort_unstable();
+            let s = ctx.shape(*input).clone();
+            match &row {
+                None => row = Some((s, a)),
+                Some((s0, a0)) if *s0 == s && *a0 == a => {}
+                Some(_) => return false,
+            }
+        }
+    }
+    let Some((s, axes)) = row else { return false };
+    let keep: Shape = Shape(
+        s.dims()
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+            .collect(),
+    );
+    let drop: Shape = Shape(
+        s.dims()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, &d)| d)
+            .collect(),
+    );
+    let is_row = |sh: &Shape| *sh == keep || *sh == drop;
+    let in_body = |o: NodeId| nodes.binary_search(&o).is_ok();
+    for &n in nodes {
+        let sh = ctx.shape(n);
+        match ctx.cat(n) {
+            Cat::Reduce => {}
+            Cat::View => {
+                if !view_of_input(ctx, nodes, n) {
+                    let o = ctx.operands(n)[0];
+                    if !(is_row(sh) && is_row(ctx.shape(o))) {
+                        return false;
+                    }
+                }
+            }
+            Cat::Elementwise => {
+                let element_level = *sh == s;
+                if !element_level && !is_row(sh) {
+                    return false;
+                }
+                for o in ctx.operands(n) {
+                    if !in_body(o) || view_of_input(ctx, nodes, o) {
+                        continue;
+                    }
+                    let so = ctx.shape(o);
+                    let ok = if element_level {
+                        *so == s || *so == keep
+                    } else {
+                        is_row(so)
+                    };
+                    if !ok {
+                        return false;
+                    }
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
