@@ -2,6 +2,8 @@
 
 use clap::{Parser, Subcommand};
 use smelt::{compile_with, io, ir, models, Device, Options};
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -23,6 +25,22 @@ enum Command {
     Check {
         /// The .smelt program.
         file: PathBuf,
+    },
+    /// Show what the optimiser does with a .smelt program: simplification, the fusion plan
+    /// (each kernel's ops, inputs and outputs), bytes moved fused vs unfused, e-graph sizes and
+    /// stop reasons.
+    Explain {
+        /// The .smelt program (`smelt model NAME > FILE` writes a built-in model).
+        file: PathBuf,
+        /// Plan without fusion (one kernel per op).
+        #[arg(long)]
+        no_fuse: bool,
+        /// Allow rewrites that change rounding or NaN behaviour.
+        #[arg(long)]
+        fast_math: bool,
+        /// Also write the plan as a Graphviz DOT file.
+        #[arg(long)]
+        dot: Option<PathBuf>,
     },
     /// Run a .smelt program on tensors from a safetensors file.
     Run {
@@ -78,22 +96,48 @@ enum CacheAction {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let mut out = String::new();
     let result = match cli.command {
-        Command::Check { file } => check(&file),
+        Command::Check { file } => check(&mut out, &file),
+        Command::Explain {
+            file,
+            no_fuse,
+            fast_math,
+            dot,
+        } => explain(&mut out, &file, no_fuse, fast_math, dot.as_deref()),
         Command::Run {
             file,
             inputs,
-            out,
+            out: out_path,
             device,
             no_fuse,
-        } => run(&file, inputs.as_deref(), &out, &device, no_fuse),
-        Command::Demo { device, seq } => demo(&device, seq),
-        Command::Model { name, seq, layers } => model(&name, seq, layers),
+        } => run(
+            &mut out,
+            &file,
+            inputs.as_deref(),
+            &out_path,
+            &device,
+            no_fuse,
+        ),
+        Command::Demo { device, seq } => demo(&mut out, &device, seq),
+        Command::Model { name, seq, layers } => model(&mut out, &name, seq, layers),
         Command::Cache { action } => {
-            cache(action);
+            cache(&mut out, action);
             Ok(())
         }
     };
+    // Output is written at the end, in one piece; a closed pipe (`smelt explain f | head`) is
+    // not an error.
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write to stdout: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -119,12 +163,13 @@ fn load_graph(file: &Path) -> smelt::Result<ir::Graph> {
     })
 }
 
-fn check(file: &Path) -> smelt::Result<()> {
+fn check(out: &mut String, file: &Path) -> smelt::Result<()> {
     let graph = load_graph(file)?;
     ir::verify(&graph)?;
-    print!("{}", ir::text::print(&graph));
+    let _ = write!(out, "{}", ir::text::print(&graph));
     let sig = smelt::Signature::of(&graph);
-    println!(
+    let _ = writeln!(
+        out,
         "# ok: {} values, {} inputs/params, {} outputs",
         graph.len(),
         sig.0.len(),
@@ -133,10 +178,82 @@ fn check(file: &Path) -> smelt::Result<()> {
     Ok(())
 }
 
+fn explain(
+    out: &mut String,
+    file: &Path,
+    no_fuse: bool,
+    fast_math: bool,
+    dot: Option<&Path>,
+) -> smelt::Result<()> {
+    let graph = load_graph(file)?;
+    let opts = smelt::PassOptions {
+        fuse: !no_fuse,
+        fast_math,
+        ..smelt::PassOptions::default()
+    };
+    let start = Instant::now();
+    let opt = smelt_passes::optimize(&graph, &opts)?;
+    let elapsed = start.elapsed();
+    // The unfused plan of the same simplified graph, for the bytes-moved comparison.
+    let unfused = if no_fuse {
+        opt.plan.clone()
+    } else {
+        let opts = smelt::PassOptions {
+            fuse: false,
+            ..opts.clone()
+        };
+        smelt_passes::fusion::plan(&opt.graph, &opts)?.0
+    };
+    let bytes = |p: &smelt::FusionPlan| p.bytes_read() + p.bytes_written();
+    let mb = |b: u64| b as f64 / 1e6;
+    let _ = writeln!(out, "{}:", file.display());
+    let _ = writeln!(
+        out,
+        "  ops: {} -> {} after simplification -> {} kernels ({} unfused)",
+        graph.len(),
+        opt.graph.len(),
+        opt.plan.kernel_count(),
+        unfused.kernel_count()
+    );
+    let _ = writeln!(
+        out,
+        "  bytes moved (modelled): {:.3} MB fused vs {:.3} MB unfused ({:.2}x less)",
+        mb(bytes(&opt.plan)),
+        mb(bytes(&unfused)),
+        bytes(&unfused) as f64 / bytes(&opt.plan).max(1) as f64
+    );
+    let _ = writeln!(out, "  simplify e-graph: {}", opt.simplify);
+    if !opt.simplify.rules_applied.is_empty() {
+        let rules: Vec<String> = opt
+            .simplify
+            .rules_applied
+            .iter()
+            .map(|(r, n)| format!("{r} x{n}"))
+            .collect();
+        let _ = writeln!(out, "    rules applied: {}", rules.join(", "));
+    }
+    let _ = writeln!(out, "  fusion e-graph:   {}", opt.fusion);
+    let _ = writeln!(
+        out,
+        "  optimised in {:.1} ms\n",
+        elapsed.as_secs_f64() * 1e3
+    );
+    let _ = write!(out, "{}", opt.plan);
+    if let Some(path) = dot {
+        std::fs::write(path, opt.plan.to_dot()).map_err(|e| smelt::Error::File {
+            path: path.to_path_buf(),
+            message: format!("cannot write: {e}"),
+        })?;
+        let _ = writeln!(out, "wrote {}", path.display());
+    }
+    Ok(())
+}
+
 fn run(
+    out: &mut String,
     file: &Path,
     inputs: Option<&Path>,
-    out: &Path,
+    out_path: &Path,
     device: &str,
     no_fuse: bool,
 ) -> smelt::Result<()> {
@@ -157,28 +274,29 @@ fn run(
     let start = Instant::now();
     let outputs = compiled.run(&tensors)?;
     let elapsed = start.elapsed();
-    io::save_safetensors(out, outputs.iter())?;
-    println!(
+    io::save_safetensors(out_path, outputs.iter())?;
+    let _ = writeln!(
+        out,
         "ran {} on {} in {:.3} ms",
         file.display(),
         compiled.device(),
         elapsed.as_secs_f64() * 1e3
     );
     for (name, t) in outputs.iter() {
-        println!("  {name}: {}{}", t.dtype(), t.shape());
+        let _ = writeln!(out, "  {name}: {}{}", t.dtype(), t.shape());
     }
-    println!("wrote {}", out.display());
+    let _ = writeln!(out, "wrote {}", out_path.display());
     Ok(())
 }
 
-fn demo(device: &str, seq: usize) -> smelt::Result<()> {
+fn demo(out: &mut String, device: &str, seq: usize) -> smelt::Result<()> {
     let device: Device = device.parse().map_err(smelt::Error::Runtime)?;
     let report = models::run_demo(device, seq)?;
-    print!("{report}");
+    out.push_str(&report);
     Ok(())
 }
 
-fn model(name: &str, seq: usize, layers: usize) -> smelt::Result<()> {
+fn model(out: &mut String, name: &str, seq: usize, layers: usize) -> smelt::Result<()> {
     let graph = match name {
         "bert-base" => models::bert_base(seq, layers)?,
         "encoder-layer" => models::encoder_layer(&models::EncoderConfig::bert_base(seq))?,
@@ -188,17 +306,20 @@ fn model(name: &str, seq: usize, layers: usize) -> smelt::Result<()> {
             )))
         }
     };
-    print!("{}", ir::text::print(&graph));
+    let _ = write!(out, "{}", ir::text::print(&graph));
     Ok(())
 }
 
-fn cache(action: CacheAction) {
+fn cache(out: &mut String, action: CacheAction) {
     let cache = smelt_runtime::cache::KernelCache::from_env();
     match action {
-        CacheAction::Stats => print!("{}", cache.stats()),
+        CacheAction::Stats => {
+            let _ = write!(out, "{}", cache.stats());
+        }
         CacheAction::Clear => {
             let r = cache.clear();
-            println!(
+            let _ = writeln!(
+                out,
                 "removed {} files ({} bytes) from disk and {} entries from memory",
                 r.files_removed, r.bytes_removed, r.memory_entries_removed
             );

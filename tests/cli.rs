@@ -187,3 +187,30 @@ fn cache_stats_and_clear() {
     let out = text(&run("stats").stdout);
     assert!(out.contains("entries: 0"), "{out}");
 }
+
+#[test]
+fn explain_shows_the_plan_bytes_and_stop_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/softmax.smelt");
+    let dot = dir.path().join("plan.dot");
+    let out = smelt(&[
+        "explain",
+        example.to_str().unwrap(),
+        "--dot",
+        dot.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    // softmax written out in primitives becomes one row kernel.
+    assert!(stdout.contains("-> 1 kernels"), "{stdout}");
+    assert!(stdout.contains("bytes moved (modelled)"), "{stdout}");
+    assert!(stdout.contains("stopped: saturated"), "{stdout}");
+    assert!(stdout.contains("k0 reduction"), "{stdout}");
+    assert!(std::fs::read_to_string(&dot)
+        .unwrap()
+        .starts_with("digraph plan"));
+
+    let unfused = text(&smelt(&["explain", example.to_str().unwrap(), "--no-fuse"]).stdout);
+    assert!(!unfused.contains("-> 1 kernels"), "{unfused}");
+    assert!(unfused.contains("1.00x less"), "{unfused}");
+}
