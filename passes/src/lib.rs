@@ -12,6 +12,7 @@
 //!    [`FusionPlan`]: which ops run together, which values are materialised, in which layout.
 
 pub mod fusion;
+pub mod kernel;
 pub mod simplify;
 
 mod report;
