@@ -19,8 +19,9 @@
 //! assert_eq!(out.get("y").unwrap().to_f32_vec(), vec![3.0, 3.0]);
 //! ```
 //!
-//! Today every graph runs on the reference interpreter (`Device::Reference`); the fused CPU
-//! and CUDA backends plug in behind the same [`compile`] call.
+//! `Device::Auto` (the default) runs the fused kernels JIT-compiled for the host CPU when the
+//! `llvm` feature is on, else the reference interpreter. The CUDA backend (kernels generated and
+//! compiled with NVRTC) plugs in behind the same [`compile`] call once it can launch.
 
 /// The README's examples run as doctests, so they stay true.
 #[cfg(doctest)]
@@ -87,7 +88,7 @@ impl Options {
 }
 
 /// A compiled graph, ready to run.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Compiled {
     /// The graph as given.
     graph: Graph,
@@ -95,6 +96,19 @@ pub struct Compiled {
     optimized: Optimized,
     device: Device,
     params: HashMap<String, HostTensor>,
+    backend: Backend,
+}
+
+/// What runs a compiled graph.
+#[derive(Debug)]
+enum Backend {
+    /// The reference interpreter on the simplified graph, op by op.
+    Reference,
+    /// The lowered kernel program, JIT-compiled for the host CPU.
+    Cpu {
+        program: Box<smelt_passes::kernel::Program>,
+        cpu: Box<smelt_runtime::cpu::CpuProgram>,
+    },
 }
 
 /// Outputs of a run, in the graph's output order, looked up by name.
@@ -123,14 +137,42 @@ pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
     smelt_ir::verify(graph)?;
     let device = options.device.resolve()?;
     let optimized = smelt_passes::optimize(graph, &options.pass_options())?;
+    let backend = match device {
+        Device::Cpu => {
+            let program = smelt_passes::kernel::lower(&optimized.graph, &optimized.plan)?;
+            let cpu = cpu_program(&program, &optimized.graph, &HashMap::new())?;
+            Backend::Cpu {
+                program: Box::new(program),
+                cpu: Box::new(cpu),
+            }
+        }
+        _ => Backend::Reference,
+    };
     let mut compiled = Compiled {
         graph: graph.clone(),
         optimized,
         device,
         params: HashMap::new(),
+        backend,
     };
     compiled.bind_params(options.params)?;
     Ok(compiled)
+}
+
+/// JIT-compiles `program` for the host with `params` bound, and gives its outputs the shapes
+/// of `graph`'s outputs (buffers are flat).
+fn cpu_program(
+    program: &smelt_passes::kernel::Program,
+    graph: &Graph,
+    params: &HashMap<String, HostTensor>,
+) -> Result<smelt_runtime::cpu::CpuProgram> {
+    let cpu_err = |e: smelt_runtime::cpu::CpuError| Error::Runtime(e.into());
+    let mut cpu = smelt_runtime::cpu::CpuProgram::compile(program, params).map_err(cpu_err)?;
+    for (name, id) in graph.outputs() {
+        cpu.set_output_shape(name, graph.ty(*id).shape.clone())
+            .map_err(cpu_err)?;
+    }
+    Ok(cpu)
 }
 
 impl Compiled {
@@ -188,17 +230,72 @@ impl Compiled {
             }
             .into());
         }
+        if params.is_empty() {
+            return Ok(());
+        }
         self.params.extend(params);
+        // The CPU program holds bound parameters; rebuild it with the new set.
+        if let Backend::Cpu { program, cpu } = &mut self.backend {
+            **cpu = cpu_program(program, &self.optimized.graph, &self.params)?;
+        }
         Ok(())
     }
 
     /// Runs the graph on host tensors given by input name; returns outputs by name.
     pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Outputs> {
         smelt_runtime::check_bindings(&self.graph, inputs, &self.params)?;
-        let mut all = self.params.clone();
-        all.extend(inputs.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let out =
-            smelt_ir::interp::eval(&self.graph, &all).map_err(smelt_runtime::RuntimeError::from)?;
-        Ok(Outputs(out))
+        match &self.backend {
+            Backend::Reference => {
+                let mut all = self.params.clone();
+                all.extend(inputs.iter().map(|(k, v)| (k.clone(), v.clone())));
+                // The reference device runs the simplified graph op by op, unfused.
+                let out = smelt_ir::interp::eval(&self.optimized.graph, &all)
+                    .map_err(smelt_runtime::RuntimeError::from)?;
+                Ok(Outputs(out))
+            }
+            Backend::Cpu { cpu, .. } => {
+                Ok(Outputs(cpu.run(inputs).map_err(|e| {
+                    Error::Runtime(smelt_runtime::RuntimeError::from(e))
+                })?))
+            }
+        }
+    }
+
+    /// Runs the graph writing into preallocated `outputs` (graph output order, each of the
+    /// output's dtype and shape). On the CPU device this allocates nothing in steady state.
+    pub fn run_into(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        outputs: &mut [HostTensor],
+    ) -> Result<()> {
+        smelt_runtime::check_bindings(&self.graph, inputs, &self.params)?;
+        match &self.backend {
+            Backend::Cpu { cpu, .. } => cpu
+                .run_into(inputs, outputs)
+                .map_err(|e| Error::Runtime(smelt_runtime::RuntimeError::from(e))),
+            Backend::Reference => {
+                let out = self.run(inputs)?;
+                if out.0.len() != outputs.len() {
+                    return Err(Error::Usage(format!(
+                        "run_into: the graph has {} outputs, {} tensors were given",
+                        out.0.len(),
+                        outputs.len()
+                    )));
+                }
+                for ((name, t), slot) in out.0.into_iter().zip(outputs.iter_mut()) {
+                    if t.dtype() != slot.dtype() || t.shape() != slot.shape() {
+                        return Err(Error::Usage(format!(
+                            "run_into: output {name:?} is {}{} but the tensor given is {}{}",
+                            t.dtype(),
+                            t.shape(),
+                            slot.dtype(),
+                            slot.shape()
+                        )));
+                    }
+                    *slot = t;
+                }
+                Ok(())
+            }
+        }
     }
 }

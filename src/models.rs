@@ -1,11 +1,11 @@
 //! Built-in models, traced with the frontend: what `smelt demo` compiles and runs.
 
-use crate::{compile_with, Device, Options, Outputs, Result};
+use crate::{compile_with, Device, Options, Result};
 use smelt_frontend::{nn, GeluApproximation, Tensor, Tracer};
 use smelt_ir::{DType, Graph, HostTensor};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Sizes of a BERT-style encoder layer (post-norm, as in BERT).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -175,67 +175,107 @@ pub fn encoder_weights(cfg: &EncoderConfig, seed: u64) -> HashMap<String, HostTe
         .collect()
 }
 
-/// Compiles the BERT-base encoder layer for `device`, runs it once, and describes what
-/// happened.
+/// Median wall time of `runs` calls of `f` (after one warm-up call).
+fn median_time<E>(runs: usize, mut f: impl FnMut() -> Result<(), E>) -> Result<Duration, E> {
+    f()?;
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        f()?;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+/// The largest `|a - b| / (atol + rtol |b|)` over two outputs (≤ 1 means within tolerance).
+fn worst_error(a: &HostTensor, b: &HostTensor, rtol: f64, atol: f64) -> f64 {
+    (0..a.numel())
+        .map(|i| {
+            let (x, y) = (a.data().get_f64(i), b.data().get_f64(i));
+            if x.is_nan() && y.is_nan() {
+                0.0
+            } else {
+                (x - y).abs() / (atol + rtol * y.abs())
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Compiles the BERT-base encoder layer for `device` fused and unfused, runs both, checks the
+/// fused output against the reference interpreter, and describes what happened.
 pub fn run_demo(device: Device, seq: usize) -> Result<String> {
     let cfg = EncoderConfig::bert_base(seq);
-    let start = Instant::now();
     let graph = encoder_layer(&cfg)?;
-    let traced = start.elapsed();
-    let start = Instant::now();
-    let compiled = compile_with(
-        &graph,
-        Options {
-            device,
-            params: encoder_weights(&cfg, 1),
-            ..Options::default()
-        },
-    )?;
-    let compile_time = start.elapsed();
-    let x = uniform(&[cfg.seq, cfg.hidden], 1.0, 42);
-    let start = Instant::now();
-    let out: Outputs = compiled.run(&HashMap::from([("x".to_string(), x)]))?;
-    let run_time = start.elapsed();
-    let y = out.get("y").expect("the graph has output y");
-    let values = y.to_f32_vec();
-    let finite = values.iter().all(|v| v.is_finite());
-    // Each output row is layer-normed with weight 1 and bias 0: mean 0, variance 1.
-    let rows = values.chunks(cfg.hidden);
-    let worst_mean = rows
-        .clone()
-        .map(|r| (r.iter().sum::<f32>() / r.len() as f32).abs())
-        .fold(0.0f32, f32::max);
+    let weights = encoder_weights(&cfg, 1);
+    let compile = |device: Device, no_fuse: bool| {
+        let start = Instant::now();
+        let c = compile_with(
+            &graph,
+            Options {
+                device,
+                no_fuse,
+                params: weights.clone(),
+                ..Options::default()
+            },
+        );
+        c.map(|c| (c, start.elapsed()))
+    };
+    let (fused, fused_compile) = compile(device, false)?;
+    let (unfused, unfused_compile) = compile(fused.device(), true)?;
+    let inputs = HashMap::from([("x".to_string(), uniform(&[cfg.seq, cfg.hidden], 1.0, 42))]);
+    let mut out = vec![HostTensor::zeros(DType::F32, [cfg.seq, cfg.hidden])];
+    let runs = 5;
+    let fused_time = median_time(runs, || fused.run_into(&inputs, &mut out))?;
+    let y = out[0].clone();
+    let unfused_time = median_time(runs, || unfused.run_into(&inputs, &mut out))?;
+    let reference = compile(Device::Reference, true)?.0.run(&inputs)?;
+    let want = reference.get("y").expect("the graph has output y");
+    // f32 through two GEMM chains of length 768 and 3072 and two layer norms: a reduction
+    // tolerance (docs/semantics.md), not torch.testing's elementwise one.
+    let err = worst_error(&y, want, 1e-3, 1e-4);
+    let plan = &fused.optimized().plan;
 
     let mut s = String::new();
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let _ = writeln!(
         s,
-        "model:   BERT-base encoder layer (seq {}, hidden {}, {} heads, ffn {})",
-        cfg.seq, cfg.hidden, cfg.heads, cfg.ffn
+        "model:   BERT-base encoder layer (seq {}, hidden {}, {} heads, ffn {}), {} primitive ops",
+        cfg.seq,
+        cfg.hidden,
+        cfg.heads,
+        cfg.ffn,
+        graph.len()
     );
-    let _ = writeln!(s, "graph:   {} primitive ops", graph.len());
+    let _ = writeln!(s, "device:  {} (asked for {device})", fused.device());
     let _ = writeln!(
         s,
-        "device:  {} (asked for {device}); fused backends are not built yet, so this runs \
-         op by op on the reference interpreter",
-        compiled.device()
-    );
-    let _ = writeln!(
-        s,
-        "time:    trace {:.1} ms, compile {:.1} ms, run {:.1} ms",
-        ms(traced),
-        ms(compile_time),
-        ms(run_time)
+        "plan:    {} kernels fused, {} unfused",
+        plan.kernel_count(),
+        unfused.optimized().plan.kernel_count()
     );
     let _ = writeln!(
         s,
-        "output:  y {}{}, all finite: {finite}, largest |row mean| {worst_mean:.2e} (layer_norm: ~0)",
-        y.dtype(),
-        y.shape()
+        "compile: fused {:.1} ms, unfused {:.1} ms",
+        ms(fused_compile),
+        ms(unfused_compile)
     );
     let _ = writeln!(
         s,
-        "checked: outputs against the reference interpreter: not applicable (ran on it)"
+        "run:     fused {:.2} ms, unfused {:.2} ms (median of {runs}, run_into): {:.2}x",
+        ms(fused_time),
+        ms(unfused_time),
+        unfused_time.as_secs_f64() / fused_time.as_secs_f64().max(1e-12)
+    );
+    let verdict = if err <= 1.0 {
+        "matches"
+    } else {
+        "DOES NOT match"
+    };
+    let _ = writeln!(
+        s,
+        "checked: fused output {verdict} the reference interpreter \
+         (worst error {err:.3} of tolerance rtol 1e-3, atol 1e-4)"
     );
     Ok(s)
 }

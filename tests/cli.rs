@@ -115,7 +115,7 @@ fn run_on_unbuilt_device_says_not_available() {
     let dir = tempfile::tempdir().unwrap();
     let file = write(dir.path(), "mlp.smelt", MLP);
     let outp = dir.path().join("out.safetensors");
-    for device in ["cpu", "cuda"] {
+    for device in ["cuda", "cuda:1"] {
         let out = smelt(&[
             "run",
             &file,
@@ -135,8 +135,12 @@ fn demo_runs_and_reports() {
     let out = smelt(&["demo", "--seq", "8"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("reference"), "{stdout}");
     assert!(stdout.contains("encoder"), "{stdout}");
+    assert!(stdout.contains("device:  cpu"), "{stdout}");
+    assert!(
+        stdout.contains("fused output matches the reference"),
+        "{stdout}"
+    );
 }
 
 #[test]

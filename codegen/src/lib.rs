@@ -2,4 +2,5 @@
 //!
 //! Not built yet (issues 4 and 5).
 
+pub mod cuda;
 pub mod llvm;

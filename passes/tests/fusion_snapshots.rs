@@ -1,6 +1,8 @@
 //! Snapshot tests of fusion plans for a corpus of common blocks (plan text reviewed by hand).
 
 mod fusion_corpus;
+#[path = "fusion_rules/oracle.rs"]
+mod oracle;
 
 use fusion_corpus as corpus;
 use smelt_ir::{DType, Graph, HostTensor, TensorData};
@@ -15,6 +17,8 @@ fn check(name: &str, graph: Graph, kernels: Option<usize>, run: bool) -> FusionP
     fusion::check_plan(&graph, &plan).expect("a valid plan");
     let base = fusion::greedy_baseline(&graph);
     fusion::check_plan(&graph, &base).expect("a valid baseline");
+    oracle::check_kernels(&graph, &plan).unwrap_or_else(|e| panic!("{e}\n{plan}"));
+    oracle::check_kernels(&graph, &base).unwrap_or_else(|e| panic!("baseline: {e}\n{base}"));
     assert!(
         plan.cost() <= base.cost(),
         "plan {} > baseline {}\n{plan}\n{base}",

@@ -23,17 +23,27 @@ impl Device {
     /// Resolves `Auto` to the best device built into this binary and usable on this machine,
     /// and checks that an explicitly requested device is available.
     pub fn resolve(self) -> Result<Device> {
+        let cpu = crate::cpu::jit_target();
         match self {
-            Device::Auto | Device::Reference => Ok(Device::Reference),
-            Device::Cpu => Err(RuntimeError::DeviceNotAvailable {
-                device: self,
-                reason: "the fused CPU backend (LLVM JIT) is not built yet; \
-                         use --device reference"
-                    .into(),
+            Device::Reference => Ok(Device::Reference),
+            // No CUDA launch path yet: the best device is the CPU JIT when it is compiled in.
+            Device::Auto => Ok(if cpu.is_ok() {
+                Device::Cpu
+            } else {
+                Device::Reference
             }),
+            Device::Cpu => match cpu {
+                Ok(_) => Ok(Device::Cpu),
+                Err(e) => Err(RuntimeError::DeviceNotAvailable {
+                    device: self,
+                    reason: format!("{e}; use --device reference"),
+                }),
+            },
             Device::Cuda(_) => Err(RuntimeError::DeviceNotAvailable {
                 device: self,
-                reason: "the CUDA backend is not built yet; use --device reference".into(),
+                reason: "the CUDA backend generates and compiles kernels but cannot launch them \
+                         yet; use --device cpu or reference"
+                    .into(),
             }),
         }
     }
@@ -91,9 +101,15 @@ mod tests {
     }
 
     #[test]
-    fn unbuilt_devices_say_not_available() {
-        let e = Device::Cpu.resolve().unwrap_err().to_string();
-        assert!(e.contains("not available") && e.contains("cpu"), "{e}");
-        assert_eq!(Device::Auto.resolve().unwrap(), Device::Reference);
+    fn auto_picks_the_cpu_jit_when_compiled_in() {
+        let e = Device::Cuda(0).resolve().unwrap_err().to_string();
+        assert!(e.contains("not available") && e.contains("cuda:0"), "{e}");
+        let want = if cfg!(feature = "llvm") {
+            Device::Cpu
+        } else {
+            Device::Reference
+        };
+        assert_eq!(Device::Auto.resolve().unwrap(), want);
+        assert_eq!(Device::Cpu.resolve().is_ok(), cfg!(feature = "llvm"));
     }
 }

@@ -6,6 +6,8 @@
 //!   at `-O3` with loop and SLP vectorisation, JIT-compile it with MCJIT, and get back a
 //!   [`JitModule`]: function addresses plus the optimised IR text (for snapshots).
 //!   `optimize` stops before machine code.
+//! - [`kernel`]: the kernel IR code generator: every kernel of a program → one function in the
+//!   CPU runtime's chunked calling convention, all in one module (`compile_program_kernels`).
 //! - `demo`: hand-built kernels (axpy, and two kernels in the CPU runtime's chunked calling
 //!   convention) used by tests and as the pattern for the kernel IR code generator.
 //!
@@ -29,6 +31,8 @@ pub use options::{CpuTarget, HostTarget, JitOptions, OptLevel};
 pub mod demo;
 #[cfg(feature = "llvm")]
 mod jit;
+#[cfg(feature = "llvm")]
+pub mod kernel;
 #[cfg(feature = "llvm")]
 mod target;
 

@@ -25,7 +25,7 @@ pub(crate) type Selection = BTreeMap<NodeId, BodyId>;
 /// Bytes read + bytes written + the launch cost of one single-output kernel.
 pub(crate) fn kernel_cost(ctx: &Ctx, table: &BodyTable, b: BodyId) -> u64 {
     let body = table.body(b);
-    body.bytes_read(ctx) + ctx.write_bytes(body.root()) + LAUNCH_COST_BYTES
+    body.bytes_read() + ctx.write_bytes(body.root()) + LAUNCH_COST_BYTES
 }
 
 /// Exact cost of a selection.

@@ -185,6 +185,54 @@ impl Ctx {
         node.ty.size_bytes() as u64
     }
 
+    /// Bytes the kernel computing `nodes` (sorted) reads from its input buffer `input`: its
+    /// stored size ([`Ctx::read_bytes`]), except for a table only ever read by gathers
+    /// (`gather` / `index_select`, directly or through views): those read one table element
+    /// per element they output, so the table counts that many elements, at most its size.
+    pub fn input_read_bytes(&self, nodes: &[NodeId], input: NodeId) -> u64 {
+        let full = self.read_bytes(input);
+        if !nodes.iter().any(|&n| self.cat(n) == Cat::Gather) {
+            return full;
+        }
+        let in_body = |n: NodeId| nodes.binary_search(&n).is_ok();
+        // The buffer and the views of it computed in the body; each must be read by the body
+        // (a view nobody in the body reads is materialised: a full copy).
+        let mut reached = vec![input];
+        let mut gathered = 0u64;
+        let mut i = 0;
+        while i < reached.len() {
+            let v = reached[i];
+            i += 1;
+            let users: Vec<NodeId> = self.users[v.index()]
+                .iter()
+                .copied()
+                .filter(|&u| in_body(u))
+                .collect();
+            if users.is_empty() {
+                return full;
+            }
+            for u in users {
+                match &self.graph.node(u).op {
+                    _ if self.cat(u) == Cat::View => {
+                        if !reached.contains(&u) {
+                            reached.push(u);
+                        }
+                    }
+                    Op::Gather {
+                        input: t, index, ..
+                    }
+                    | Op::IndexSelect {
+                        input: t, index, ..
+                    } if *t == v && *index != v => {
+                        gathered += self.write_bytes(u);
+                    }
+                    _ => return full,
+                }
+            }
+        }
+        gathered.min(full)
+    }
+
     /// Bytes a kernel writes to materialise `n` (contiguous, in its own shape).
     pub fn write_bytes(&self, n: NodeId) -> u64 {
         self.graph.ty(n).size_bytes() as u64
@@ -201,6 +249,8 @@ pub(crate) struct Body {
     pub inputs: Vec<NodeId>,
     /// Whether no op of the body but the root is used outside it (nothing is recomputed).
     pub dup_free: bool,
+    /// Modelled bytes read (see [`Body::bytes_read`]).
+    read: u64,
 }
 
 impl Body {
@@ -237,17 +287,27 @@ impl Body {
             }
             dup_free &= !shared;
         }
+        let read = if kind == KernelKind::Gather {
+            inputs
+                .iter()
+                .map(|&i| ctx.input_read_bytes(&nodes, i))
+                .sum()
+        } else {
+            inputs.iter().map(|&i| ctx.read_bytes(i)).sum()
+        };
         Some(Body {
             nodes,
             kind,
             inputs,
             dup_free,
+            read,
         })
     }
 
-    /// Modelled bytes read (each distinct input buffer once, in its stored size).
-    pub fn bytes_read(&self, ctx: &Ctx) -> u64 {
-        self.inputs.iter().map(|&i| ctx.read_bytes(i)).sum()
+    /// Modelled bytes read: each distinct input buffer once, in its stored size, but a
+    /// gathered table only in the elements gathered ([`Ctx::input_read_bytes`]).
+    pub fn bytes_read(&self) -> u64 {
+        self.read
     }
 }
 

@@ -21,18 +21,41 @@
 //! interned in discovery order. Its `StopReason` is logged and returned. Every class keeps its
 //! single-op e-node, so a run stopped by a limit still has a complete, valid plan.
 //!
-//! **Cost model** (bytes-equivalent): per kernel, each distinct input buffer once in its
-//! stored size (a broadcast input counts what is stored; a 0-d constant is an immediate and
-//! costs nothing; a sliced input counts its whole buffer), plus the bytes of every value it
-//! materialises, plus [`LAUNCH_COST_BYTES`] per launch. Inputs, parameters and constants are
-//! in memory already. **Extraction** (`extract.rs`) is DAG-aware greedy over the acyclic
-//! e-graph: a value read by several kernels is paid for once where it is materialised, so
-//! recompute-vs-materialise is a cost decision (only ops not computed from a reduction are
-//! ever recomputed). The greedy producer–consumer plan ([`greedy_baseline`]) and the unfused
-//! plan are added to the e-graph as kernel e-nodes before saturation and offered to the
-//! extractor as whole selections, so a plan never costs more than either. Sibling elementwise
-//! kernels over one index space that share an input are then merged into multi-output kernels
-//! (`siblings.rs`).
+//! **Cost model** (bytes-equivalent): per kernel, each distinct input buffer once in its stored
+//! size (a broadcast input counts what is stored; a 0-d constant is an immediate and costs nothing;
+//! a sliced input counts its whole buffer; a table read only by `gather` / `index_select` counts
+//! the elements gathered, one per element they output, at most its size: BERT's word embedding
+//! counts the 128 rows a sequence reads, not 94 MB), plus the bytes of every value it materialises,
+//! plus [`LAUNCH_COST_BYTES`] per launch. Inputs, parameters and constants are in memory already.
+//! **Extraction** (`extract.rs`) is DAG-aware greedy over the acyclic e-graph: a value read by
+//! several kernels is paid for once where it is materialised, so recompute-vs-materialise is a cost
+//! decision (only ops not computed from a reduction are ever recomputed). The greedy
+//! producer–consumer plan ([`greedy_baseline`]) and the unfused plan are added to the e-graph as
+//! kernel e-nodes before saturation and offered to the extractor as whole selections, so a plan
+//! never costs more than either. Sibling elementwise kernels over one index space that share an
+//! input are then merged into multi-output kernels (`siblings.rs`; named [`SIBLINGS_RULE`] in
+//! [`plan_with_rules`]).
+//!
+//! **Why sibling merging runs after extraction.** An e-class is one value, so a kernel with
+//! two roots is not an e-node of either class; instead the merge runs on the extracted
+//! selection, and it only ever lowers the cost. Let kernels `A` and `B` be merged into `M`
+//! (both elementwise or copy, outputs over one shape, neither reading what the other
+//! materialises, sharing an input buffer `s` with `r(s) > 0`). Then
+//! 1. `outputs(M) = outputs(A) ⊎ outputs(B)`: a selection materialises each value once, so
+//!    writes are unchanged, and so is *which* values are materialised;
+//! 2. `inputs(M) ⊆ inputs(A) ∪ inputs(B)` (an input of one that the other computes inside
+//!    is no longer read), and `s` is read once: `read(M) ≤ read(A) + read(B) − r(s)`;
+//! 3. one launch instead of two.
+//!
+//! So `cost(M) ≤ cost(A) + cost(B) − LAUNCH_COST_BYTES − r(s)`, strictly lower (the code checks it
+//! anyway), and a sequence of merges strictly lowers the plan's cost: every bound extraction gives
+//! (no worse than the greedy baseline, which has no multi-output kernels, nor than the unfused
+//! plan) still holds, and so does validity (neither part transitively reads what the other
+//! materialises, so the merged kernel has a place after the producers of both). What extraction of
+//! multi-output e-nodes could do and this cannot: *change a materialisation decision because of a
+//! sibling* (materialise a value it would recompute, so that its kernel can share a launch and a
+//! read with a sibling). The most that can be missed per merge is the saving above (one launch plus
+//! one shared read), and only where recompute and materialise were within that of each other.
 //!
 //! **Growth policy** (what keeps the e-graph small: about two e-nodes per value on BERT): a
 //! rule grows only the bodies of a class that no other body contains (and the largest
@@ -42,6 +65,8 @@
 //!
 //! **Plan validity** is checked by [`check_plan`] and [`eval_plan`], which runs each kernel's
 //! ops through the reference interpreter reading only buffers available at that point.
+//! Every rule is property-tested alone through [`plan_with_rules`] (`tests/fusion_rules.rs`),
+//! where an independent statement of the kernel rules also checks each kernel is legal.
 //!
 //! **Layouts.** Every materialised value is stored contiguous (row-major) in its own shape.
 //! The layout decision is *which* value of a view chain is materialised: views are read
@@ -55,14 +80,13 @@
 //! PyTorch eager treats views as strided metadata); a view is materialised by a copy kernel
 //! only when it is a graph output or a reader cannot fold it.
 //!
-//! **Not handled:** concat, pad, gather and index_select are kernels of their own (their
-//! operands' views are folded; elementwise producers and consumers are not), and a gathered
-//! table counts its whole size as read; a GEMM has no fused prologue or epilogue (its epilogue
-//! is the next kernel) and reads an operand through at most a transpose over reshapes of a
-//! contiguous buffer (a general strided batched GEMM operand is materialised instead);
-//! sibling GEMMs reading one input (Q, K, V projections) are not batched; reductions over
-//! different axes never share a kernel; multi-output kernels are elementwise only and are
-//! formed after extraction rather than as e-nodes; the cost model ignores compute, cache reuse
+//! **Not handled:** concat, pad, gather and index_select are kernels of their own (their operands'
+//! views are folded; elementwise producers and consumers are not); a GEMM has no fused prologue or
+//! epilogue (its epilogue is the next kernel) and reads an operand through at most a transpose over
+//! reshapes of a contiguous buffer (a general strided batched GEMM operand is materialised
+//! instead); sibling GEMMs reading one input (Q, K, V projections) are not batched; reductions over
+//! different axes never share a kernel; multi-output kernels are elementwise only and are formed
+//! after extraction rather than as e-nodes (see above); the cost model ignores compute, cache reuse
 //! and the extra cost of strided (transposed) reads.
 
 mod baseline;
@@ -85,6 +109,7 @@ use extract::Selection;
 use kernel::Ctx;
 use lang::{BodyTable, FuseAnalysis, FuseLang};
 use plan::Proto;
+use rules::Rule;
 use smelt_ir::{Graph, NodeId};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -103,16 +128,80 @@ pub fn plan(
 ) -> Result<(FusionPlan, SaturationReport), PassError> {
     smelt_ir::verify(graph)?;
     let ctx = Arc::new(Ctx::new(graph));
-    let unfused = run(&ctx, opts, false, &[]);
+    let unfused = run(&ctx, opts, &Setup::UNFUSED);
     let (unfused_kernels, unfused_cost) = (unfused.protos.len(), cost_of(&ctx, &unfused.protos));
     let stage = if opts.fuse {
         // The unfused plan seeds the fused e-graph: a plan never costs more than it.
         let seed: Vec<Vec<NodeId>> = unfused.protos.iter().map(|p| p.nodes.clone()).collect();
-        run(&ctx, opts, true, &seed)
+        let setup = Setup {
+            rules: &Rule::ALL,
+            greedy: true,
+            seed: &seed,
+            siblings: true,
+            label: "fused",
+        };
+        run(&ctx, opts, &setup)
     } else {
         unfused
     };
     let plan = plan::build(&ctx, &stage.protos, unfused_kernels, unfused_cost);
+    Ok((plan, stage.report))
+}
+
+/// The name under which [`plan_with_rules`] accepts the post-extraction sibling merge
+/// (`siblings.rs`), which is not an e-graph rewrite.
+pub const SIBLINGS_RULE: &str = "multi-output-siblings";
+
+/// The names of every fusion rule (`rules.rs`, in application order), then [`SIBLINGS_RULE`].
+pub fn rule_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = Rule::ALL.iter().map(|r| r.name()).collect();
+    names.push(SIBLINGS_RULE);
+    names
+}
+
+/// Plans fusion with only the named rules (see [`rule_names`]): the hook of the per-rule
+/// property tests. Unlike [`plan`], the e-graph is seeded with nothing but single-op kernels
+/// (neither the greedy baseline nor the unfused plan), so every fused kernel of the result
+/// was formed by a named rule, and the sibling merge runs only if [`SIBLINGS_RULE`] is named.
+/// `opts.fuse` is ignored; the node and iteration limits apply. The plan's `unfused_*`
+/// fields are those of the unfused plan, as in [`plan`].
+pub fn plan_with_rules(
+    graph: &Graph,
+    opts: &PassOptions,
+    rules: &[&str],
+) -> Result<(FusionPlan, SaturationReport), PassError> {
+    smelt_ir::verify(graph)?;
+    let mut chosen = Vec::new();
+    let mut siblings = false;
+    for &name in rules {
+        match Rule::from_name(name) {
+            Some(r) if !chosen.contains(&r) => chosen.push(r),
+            Some(_) => {}
+            None if name == SIBLINGS_RULE => siblings = true,
+            None => {
+                return Err(PassError::Internal {
+                    pass: "fusion",
+                    message: format!("no fusion rule named {name:?}"),
+                })
+            }
+        }
+    }
+    let ctx = Arc::new(Ctx::new(graph));
+    let unfused = run(&ctx, opts, &Setup::UNFUSED);
+    let setup = Setup {
+        rules: &chosen,
+        greedy: false,
+        seed: &[],
+        siblings,
+        label: "selected rules",
+    };
+    let stage = run(&ctx, opts, &setup);
+    let plan = plan::build(
+        &ctx,
+        &stage.protos,
+        unfused.protos.len(),
+        cost_of(&ctx, &unfused.protos),
+    );
     Ok((plan, stage.report))
 }
 
@@ -127,7 +216,7 @@ pub fn greedy_baseline(graph: &Graph) -> FusionPlan {
         ..PassOptions::default()
     };
     let ctx = Arc::new(ctx);
-    let u = run(&ctx, &opts, false, &[]);
+    let u = run(&ctx, &opts, &Setup::UNFUSED);
     plan::build(&ctx, &protos, u.protos.len(), cost_of(&ctx, &u.protos))
 }
 
@@ -149,10 +238,33 @@ struct Stage {
     report: SaturationReport,
 }
 
-/// Saturates the fusion e-graph of `ctx` (with the fusion rules or only the view rules) and
-/// extracts kernels in execution order. With `fuse`, the greedy baseline and the plan whose
-/// kernel bodies are `seed` are added as kernel e-nodes and offered to the extractor.
-fn run(ctx: &Arc<Ctx>, opts: &PassOptions, fuse: bool, seed: &[Vec<NodeId>]) -> Stage {
+/// What one saturation run starts from and applies.
+struct Setup<'a> {
+    rules: &'a [Rule],
+    /// Offer the greedy baseline to the extractor.
+    greedy: bool,
+    /// Kernel bodies of a whole plan offered to the extractor (empty: none).
+    seed: &'a [Vec<NodeId>],
+    /// Merge sibling kernels after extraction.
+    siblings: bool,
+    /// For the log.
+    label: &'static str,
+}
+
+impl Setup<'static> {
+    const UNFUSED: Setup<'static> = Setup {
+        rules: &Rule::VIEWS,
+        greedy: false,
+        seed: &[],
+        siblings: false,
+        label: "unfused",
+    };
+}
+
+/// Saturates the fusion e-graph of `ctx` with `setup.rules` and extracts kernels in
+/// execution order. The greedy baseline and the plan whose kernel bodies are `setup.seed`
+/// are added as kernel e-nodes and offered to the extractor as whole selections when asked.
+fn run(ctx: &Arc<Ctx>, opts: &PassOptions, setup: &Setup<'_>) -> Stage {
     let g = &ctx.graph;
     let analysis = FuseAnalysis {
         ctx: ctx.clone(),
@@ -198,15 +310,19 @@ fn run(ctx: &Arc<Ctx>, opts: &PassOptions, fuse: bool, seed: &[Vec<NodeId>]) -> 
                 table.add_to_class(b);
             }
         }
-        if fuse {
-            let given: Selection = seed
+        let mut seeds = Vec::new();
+        if setup.greedy {
+            seeds.push(baseline::greedy_selection(ctx, &mut table));
+        }
+        if !setup.seed.is_empty() {
+            let given: Selection = setup
+                .seed
                 .iter()
                 .filter_map(|nodes| Some((*nodes.last()?, table.intern(ctx, nodes.clone())?)))
                 .collect();
-            vec![baseline::greedy_selection(ctx, &mut table), given]
-        } else {
-            Vec::new()
+            seeds.push(given);
         }
+        seeds
     };
     for seed in &seeds {
         for (&root, &b) in seed {
@@ -225,12 +341,9 @@ fn run(ctx: &Arc<Ctx>, opts: &PassOptions, fuse: bool, seed: &[Vec<NodeId>]) -> 
         }
     }
     runner.egraph.rebuild();
-    let runner = runner.run(&rules::rules(fuse));
+    let runner = runner.run(&rules::rewrites(setup.rules));
     let report = report(&runner);
-    log::info!(
-        "fusion ({}): {report}",
-        if fuse { "fused" } else { "unfused" }
-    );
+    log::info!("fusion ({}): {report}", setup.label);
 
     let egraph = &runner.egraph;
     let analysis = &egraph.analysis;
@@ -243,7 +356,7 @@ fn run(ctx: &Arc<Ctx>, opts: &PassOptions, fuse: bool, seed: &[Vec<NodeId>]) -> 
     }
     let sel = extract::extract(ctx, &table, &candidates, &seeds);
     let protos = protos_of(ctx, &table, &sel);
-    let protos = if fuse {
+    let protos = if setup.siblings {
         siblings::merge_siblings(ctx, protos)
     } else {
         siblings::order(ctx, protos)

@@ -255,7 +255,11 @@ impl Proto {
     }
 
     pub fn cost(&self, ctx: &Ctx) -> u64 {
-        let r: u64 = self.inputs.iter().map(|&i| ctx.read_bytes(i)).sum();
+        let r: u64 = self
+            .inputs
+            .iter()
+            .map(|&i| ctx.input_read_bytes(&self.nodes, i))
+            .sum();
         let w: u64 = self.outputs.iter().map(|&o| ctx.write_bytes(o)).sum();
         r + w + LAUNCH_COST_BYTES
     }
@@ -332,7 +336,11 @@ pub(crate) fn build(
             ops: p.nodes.iter().map(|&n| (n, g.node(n).op.name())).collect(),
             inputs,
             outputs,
-            bytes_read: p.inputs.iter().map(|&i| ctx.read_bytes(i)).sum(),
+            bytes_read: p
+                .inputs
+                .iter()
+                .map(|&i| ctx.input_read_bytes(&p.nodes, i))
+                .sum(),
             bytes_written: p.outputs.iter().map(|&o| ctx.write_bytes(o)).sum(),
         });
         for &o in &p.outputs {

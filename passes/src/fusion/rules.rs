@@ -68,24 +68,32 @@ impl Rule {
     }
 }
 
-/// The rule set: with `fuse == false` only the view-folding rules (one kernel per op, views
-/// read through index arithmetic), otherwise all of them.
-pub(crate) fn rules(fuse: bool) -> Vec<Rewrite<FuseLang, FuseAnalysis>> {
-    let all: &[Rule] = if fuse {
-        &[
-            Rule::FoldView,
-            Rule::FoldTransposeIntoGemm,
-            Rule::ElementwiseChain,
-            Rule::ReductionPrologue,
-            Rule::ReductionEpilogue,
-            Rule::RowReductions,
-            Rule::StoreInConsumerLayout,
-        ]
-    } else {
-        &[Rule::FoldView, Rule::FoldTransposeIntoGemm]
-    };
+impl Rule {
+    /// Every fusion rule, in the order the runner applies them.
+    pub const ALL: [Rule; 7] = [
+        Rule::FoldView,
+        Rule::FoldTransposeIntoGemm,
+        Rule::ElementwiseChain,
+        Rule::ReductionPrologue,
+        Rule::ReductionEpilogue,
+        Rule::RowReductions,
+        Rule::StoreInConsumerLayout,
+    ];
+
+    /// The rules of unfused mode: views read through index arithmetic, nothing else merged.
+    pub const VIEWS: [Rule; 2] = [Rule::FoldView, Rule::FoldTransposeIntoGemm];
+
+    /// The rule named `name`.
+    pub fn from_name(name: &str) -> Option<Rule> {
+        Rule::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+/// The rewrites of `rules` (one per rule, named as the rule), in the order given.
+pub(crate) fn rewrites(rules: &[Rule]) -> Vec<Rewrite<FuseLang, FuseAnalysis>> {
     let var: Var = "?body".parse().expect("a valid variable name");
-    all.iter()
+    rules
+        .iter()
         .map(|&rule| {
             Rewrite::new(
                 rule.name(),

@@ -31,7 +31,7 @@
 //!
 //! # Addressing
 //!
-//! Buffers are dense, typed, element-indexed. A [`Load`](Inst::Load) or [`Store`] addresses a
+//! Buffers are dense, typed, element-indexed. A [`Load`](InstOp::Load) or [`Store`] addresses a
 //! buffer through an [`Access`]: either affine in the loop variables (`offset + Σ stride_d ·
 //! var_d`, strides may be 0 for broadcasts) or an index value computed in the body (div/mod
 //! arithmetic of non-strided views, gathered indices). Affine accesses are what backends

@@ -47,4 +47,27 @@ pub enum CpuError {
     /// A size or offset computation overflowed.
     #[error("{op}: {what} overflows")]
     Overflow { op: &'static str, what: String },
+    /// A program the CPU backend cannot run (a bug in lowering, or a hand-built program).
+    #[error("invalid program: {reason}")]
+    InvalidProgram { reason: String },
+    /// An input (or unbound parameter) of the program has no tensor in the run's bindings.
+    #[error("no binding for input {name:?}")]
+    MissingBinding { name: String },
+    /// A bound tensor of the wrong dtype or size.
+    #[error("binding {name:?}: expected {expected}, got {got}")]
+    Binding {
+        name: String,
+        expected: String,
+        got: String,
+    },
+    /// An output tensor (of `run_into`) of the wrong dtype or shape, or the wrong count.
+    #[error("output {name:?}: expected {expected}, got {got}")]
+    Output {
+        name: String,
+        expected: String,
+        got: String,
+    },
+    /// A kernel met a computed index outside its buffer (e.g. a gather index out of range).
+    #[error("kernel {kernel}: an index is out of range (e.g. a gather index outside its axis)")]
+    IndexOutOfRange { kernel: String },
 }

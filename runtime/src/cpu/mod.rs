@@ -10,16 +10,22 @@
 //! ```
 //!
 //! - **`args`** points to an array of pointers, one per kernel argument, in the order the
-//!   kernel's IR lists them: input buffers, then output buffers, then scalar parameters. A
-//!   buffer pointer points to the element at offset 0 of the kernel's view of that buffer
-//!   (strides, broadcasts and offsets are compiled into the kernel's index arithmetic), aligned
-//!   at least for its element type. A scalar parameter is passed as a pointer to the value.
-//!   The array and every buffer stay valid for the whole launch.
-//! - **`start..end`** is a range of the kernel's *outer index*, `0 <= start < end <= extent`,
-//!   where `extent` is the size of the outer (parallel) dimension of the kernel's output index
-//!   space, chosen by the code generator and passed to [`CpuPool::launch`]. The call computes
-//!   exactly the output elements whose outer index lies in `start..end`, and writes nothing
-//!   else.
+//!   kernel IR lists them: the buffers it reads (`Kernel::reads`), then the buffers it writes
+//!   (`Kernel::writes`), then a pointer to an `i32` **status word** (zero before the launch).
+//!   A buffer pointer points to element 0 of the buffer (strides, broadcasts and offsets are
+//!   compiled into the kernel's index arithmetic), aligned at least for its element type. The
+//!   array and every buffer stay valid for the whole launch. A kernel that meets a computed
+//!   index outside its buffer (a bad gather index) ORs 1 into the status word atomically,
+//!   reads 0 / skips the write, and carries on; the caller checks the word after the launch.
+//! - **`start..end`** is a range of the kernel's *outer index*, `0 <= start < end <= extent`:
+//!   the **flattened** outer index space, row-major over all of `Kernel::outer`, so `extent` is
+//!   the product of the outer dims (1 for a kernel without outer dims; see
+//!   `smelt_codegen::llvm::kernel::kernel_extent`), passed to [`CpuPool::launch`]. The call
+//!   computes exactly the output elements whose outer index lies in `start..end`, and writes
+//!   nothing else. (Flattening keeps every core busy when the outermost dim is small.)
+//! - **Data.** Buffers hold the IR dtypes in their natural layout: bool one byte (0/1), f16
+//!   IEEE binary16, bf16 the high half of an f32. Integer `floor_div`/`remainder` by zero give
+//!   0 (the reference interpreter reports an error; a kernel cannot).
 //! - **Determinism.** Each output element is computed entirely inside one call: a reduction
 //!   into one element is never split across chunks, and its order of accumulation depends only
 //!   on the element, never on `start`/`end`. Results are therefore bitwise identical across
@@ -31,8 +37,11 @@
 //! - **Range of indices.** `start`/`end` are always 64-bit; the kernel may narrow its inner
 //!   index arithmetic to 32 bits when every byte offset fits (kernel IR invariant 5).
 //!
-//! `smelt_codegen::llvm::demo` has hand-built kernels in this
-//! convention (`axpy_chunk`, `row_sum_chunk`); `runtime/tests/cpu_parallel.rs` runs them.
+//! `smelt_codegen::llvm::kernel` generates kernels in this convention from the kernel IR;
+//! [`exec::CpuProgram`] runs whole programs of them (with GEMM steps and a planned arena,
+//! [`memory`]). `smelt_codegen::llvm::demo` has hand-built kernels in an older form of the
+//! convention (outputs first, no status word: `axpy_chunk`, `row_sum_chunk`);
+//! `runtime/tests/cpu_parallel.rs` runs them.
 //!
 //! # Without LLVM
 //!
@@ -42,13 +51,17 @@
 //! [`CpuError::Jit`].
 
 mod error;
+pub mod exec;
 mod gemm;
 mod kernel;
+pub mod memory;
 mod pool;
 
 pub use self::gemm::{matmul_host, Element, MatmulOperand, MatmulPlan};
 pub use error::{CpuError, Result};
+pub use exec::{CpuOptions, CpuProgram};
 pub use kernel::CpuKernel;
+pub use memory::{plan_memory, MemoryPlan};
 pub use pool::{CpuPool, CHUNKS_PER_THREAD};
 
 /// A CPU kernel entry point (see the calling convention above).

@@ -1,0 +1,201 @@
+//! Elementwise kernels (every dim outer, one store stage): a grid-stride loop over the flat
+//! outer index, vectorised to 16-byte accesses when the addressing allows it.
+//!
+//! **Vectorisation.** Every thread handles `V` consecutive elements of the innermost dim, with
+//! `V = 16 / (largest element size among unit-stride buffers)` (4 for f32, 8 for f16/bf16, 2
+//! for f64/i64). It applies when every access is affine, its innermost stride is 1 (read or
+//! written as an `sm_pack` of `V` elements: `float4`-sized for f32, `uint4`-sized for 8 halves)
+//! or 0 (a broadcast, read as a scalar), the innermost extent is a multiple of `V`, and every
+//! unit-stride access keeps the pack aligned: its offset and its other strides are multiples of
+//! `V`. **Alignment assumption:** every buffer's base address is aligned to 16 bytes
+//! (`cudaMalloc` gives 256; the runtime's memory plan must place buffers at 16-byte-aligned
+//! offsets). Otherwise the kernel is scalar.
+
+use super::body::{emit_body, load_param, store_param, store_stmt, store_value, LoadHow};
+use super::ctx::{decompose, numel, storage_type, Ctx};
+use super::LaunchConfig;
+use smelt_passes::kernel::{Access, BufferId, InstOp, Stage, StageEffect};
+use std::fmt::Write;
+
+/// Threads per block of elementwise (and thread-per-row) kernels.
+pub(super) const BLOCK: u32 = 256;
+/// The largest grid of a grid-stride kernel; threads loop beyond it.
+pub(super) const GRID_CAP: u64 = 65535;
+
+/// Prints the body of an elementwise kernel (`stage` is its only stage) and its launch.
+pub(super) fn emit(cx: &mut Ctx, stage: &Stage, out: &mut String) -> (LaunchConfig, String) {
+    let outer = cx.k.outer.clone();
+    let n = numel(&outer);
+    let StageEffect::Store(stores) = &stage.effect else {
+        return (LaunchConfig::threads(0, BLOCK, 1), "elementwise".into());
+    };
+    if n == 0 {
+        out.push_str("    // empty index space: nothing to do\n");
+        return (LaunchConfig::threads(0, BLOCK, 1), "elementwise".into());
+    }
+    let width = vector_width(cx, stage, &outer);
+    if width > 1 {
+        emit_vector(cx, stage, stores, &outer, width, out);
+    } else {
+        let idx = cx.idx;
+        out.push_str(
+            "    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n;\n         t += (long long)gridDim.x * blockDim.x) {\n",
+        );
+        let _ = writeln!(out, "        const {idx} f = ({idx})t;");
+        decompose(out, "        ", idx, "f", &outer, 0);
+        emit_body(cx, out, "        ", &stage.body, &|_, _| LoadHow::Global);
+        for s in stores {
+            let st = store_stmt(cx, s);
+            let _ = writeln!(out, "        {st}");
+        }
+        out.push_str("    }\n");
+    }
+    let strategy = if width > 1 {
+        format!("elementwise, {width} elements per thread")
+    } else {
+        "elementwise".into()
+    };
+    (LaunchConfig::threads(n, BLOCK, u64::from(width)), strategy)
+}
+
+/// The vector width (1: scalar), following the rules in the module doc.
+fn vector_width(cx: &Ctx, stage: &Stage, outer: &[usize]) -> u32 {
+    let Some(&inner) = outer.last() else {
+        return 1;
+    };
+    let last = outer.len() - 1;
+    let mut accesses: Vec<(BufferId, &Access)> = Vec::new();
+    for inst in &stage.body {
+        if let InstOp::Load { buffer, access } = &inst.op {
+            accesses.push((*buffer, access));
+        }
+    }
+    if let StageEffect::Store(stores) = &stage.effect {
+        if !stores.iter().all(|s| is_unit(&s.access, last)) {
+            return 1;
+        }
+        accesses.extend(stores.iter().map(|s| (s.buffer, &s.access)));
+    }
+    let mut largest = 0;
+    for (b, a) in &accesses {
+        match a {
+            Access::Computed(_) => return 1,
+            Access::Affine { strides, .. } => match strides.get(last) {
+                Some(0) => {}
+                Some(1) => largest = largest.max(cx.dtype(*b).size_bytes()),
+                _ => return 1,
+            },
+        }
+    }
+    if largest == 0 {
+        return 1;
+    }
+    let v = 16 / largest;
+    let aligned = accesses.iter().all(|(_, a)| match a {
+        Access::Affine { offset, strides } if strides[last] == 1 => {
+            offset.rem_euclid(v as i64) == 0
+                && strides[..last].iter().all(|s| s.rem_euclid(v as i64) == 0)
+        }
+        _ => true,
+    });
+    if v > 1 && aligned && inner % v == 0 {
+        v as u32
+    } else {
+        1
+    }
+}
+
+fn is_unit(a: &Access, last: usize) -> bool {
+    matches!(a, Access::Affine { strides, .. } if strides.get(last) == Some(&1))
+}
+
+fn emit_vector(
+    cx: &mut Ctx,
+    stage: &Stage,
+    stores: &[smelt_passes::kernel::Store],
+    outer: &[usize],
+    width: u32,
+    out: &mut String,
+) {
+    let idx = cx.idx;
+    let last = outer.len() - 1;
+    let _ = writeln!(
+        out,
+        "    // {width} elements per thread: 16-byte packs (buffers are 16-byte aligned)"
+    );
+    let _ = writeln!(
+        out,
+        "    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n / {width};\n         t += (long long)gridDim.x * blockDim.x) {{"
+    );
+    let _ = writeln!(out, "        const {idx} f = ({idx})(t * {width});");
+    let mut dec = String::new();
+    decompose(&mut dec, "        ", idx, "f", outer, 0);
+    let base = format!("x{last}");
+    out.push_str(&dec.replace(&format!("{base} ="), &format!("{base}_0 =")));
+    cx.rename = Some((last, format!("{base}_0")));
+    // Input packs, one per distinct unit-stride (buffer, access), in body order.
+    let mut packs: Vec<(BufferId, Access, String)> = Vec::new();
+    for inst in &stage.body {
+        if let InstOp::Load { buffer, access } = &inst.op {
+            if is_unit(access, last) && !packs.iter().any(|(b, a, _)| b == buffer && a == access) {
+                let name = format!("p{}", packs.len());
+                let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(*buffer)));
+                let param = load_param(cx, *buffer);
+                let addr = cx.address(access);
+                let _ = writeln!(
+                    out,
+                    "        const {ty} {name} = *reinterpret_cast<const {ty}*>({param} + ({addr}));"
+                );
+                packs.push((*buffer, access.clone(), name));
+            }
+        }
+    }
+    let mut outs: Vec<(BufferId, Access, String)> = Vec::new();
+    for s in stores {
+        if !outs
+            .iter()
+            .any(|(b, a, _)| *b == s.buffer && *a == s.access)
+        {
+            let name = format!("q{}", outs.len());
+            let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(s.buffer)));
+            let _ = writeln!(out, "        {ty} {name};");
+            outs.push((s.buffer, s.access.clone(), name));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "        #pragma unroll\n        for (int e = 0; e < {width}; ++e) {{"
+    );
+    let _ = writeln!(out, "            const {idx} {base} = {base}_0 + e;");
+    cx.rename = None;
+    let lanes: Vec<(BufferId, Access, String)> = packs.clone();
+    emit_body(cx, out, "            ", &stage.body, &|b, a| match lanes
+        .iter()
+        .find(|(pb, pa, _)| *pb == b && pa == a)
+    {
+        Some((_, _, name)) => LoadHow::Raw(format!("{name}.v[e]")),
+        None => LoadHow::Global,
+    });
+    for s in stores {
+        let value = store_value(cx, s);
+        if let Some((_, _, name)) = outs
+            .iter()
+            .find(|(b, a, _)| *b == s.buffer && *a == s.access)
+        {
+            let _ = writeln!(out, "            {name}.v[e] = {value};");
+        }
+    }
+    out.push_str("        }\n");
+    cx.rename = Some((last, format!("{base}_0")));
+    for (b, a, name) in &outs {
+        let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(*b)));
+        let param = store_param(cx, *b);
+        let addr = cx.address(a);
+        let _ = writeln!(
+            out,
+            "        *reinterpret_cast<{ty}*>({param} + ({addr})) = {name};"
+        );
+    }
+    cx.rename = None;
+    out.push_str("    }\n");
+}

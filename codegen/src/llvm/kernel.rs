@@ -1,0 +1,486 @@
+//! Kernel IR → LLVM IR for the host, in the CPU runtime's chunked calling convention.
+//!
+//! Every [`Kernel`] of a program becomes one external function
+//!
+//! ```text
+//! void name(i8** args, i64 start, i64 end)
+//! ```
+//!
+//! with `args = [reads.., writes.., status]`: one pointer to element 0 of each buffer the kernel
+//! reads, then of each buffer it writes (the kernel IR's parameter order), then a pointer to an
+//! `i32` **status word**. The call computes the outer indices `start..end` of the kernel's
+//! **flattened** outer index space (row-major over `Kernel::outer`, extent = the product of the
+//! outer dims, 1 for a kernel without outer dims); see [`kernel_extent`].
+//!
+//! # Code shape
+//!
+//! The external function loads the pointers and calls an internal, always-inlined body whose
+//! buffer parameters are `noalias` (except a buffer that is both read and written), so after
+//! inlining every access carries alias-scope metadata and inner loops vectorise without runtime
+//! alias checks. The body walks the flat range row by row: the outer dims but the last are
+//! decomposed from the row number once per row (division by constants), the last outer dim is a
+//! counted loop (the loop that vectorises for elementwise kernels), and inside one outer index
+//! each [`Stage`](smelt_passes::kernel::Stage) runs its own sequential loop nest over its inner
+//! dims: a reduction into accumulators (promoted to registers), or stores.
+//!
+//! # Values
+//!
+//! The semantics are `smelt_ir::interp`'s, see [`scalar`] for each op: f16/bf16 values are held
+//! as f32 values that are exactly representable in their dtype (rounded to nearest-even after
+//! every op; f16 through LLVM `half`, bf16 by bit arithmetic with NaN kept quiet), integers wrap,
+//! float → int casts saturate (`llvm.fptosi.sat`, NaN → 0). **Integer `floor_div`/`remainder` by
+//! zero give 0** (the interpreter reports an error instead; a kernel cannot).
+//!
+//! # Addressing and safety
+//!
+//! Affine accesses are checked at compile time: every address any loop iteration can form lies
+//! inside its buffer (else a typed error), so they compile to `inbounds` GEPs. Computed
+//! accesses (div/mod views, gathered indices) are checked at run time: an index outside the
+//! buffer sets the status word to 1 (atomically), reads 0 and writes nothing; the runtime turns
+//! a nonzero status into an error. Index arithmetic (`Ty::Index`) is `index_width` bits and
+//! wraps; it is sign-extended to 64 bits for addressing.
+
+mod access;
+mod convert;
+mod reduce;
+mod scalar;
+
+use access::check_affine_bounds;
+
+use super::error::{LlvmError, Result};
+use super::jit::{compile, optimize, JitModule};
+use super::options::JitOptions;
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::module::{Linkage, Module};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, IntType};
+use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue};
+use inkwell::{AddressSpace, IntPredicate};
+use smelt_ir::DType;
+use smelt_passes::kernel::{
+    BufferDecl, IndexWidth, Inst, Kernel, Program, StageEffect, Step, Ty, ValueId,
+};
+use std::collections::HashMap;
+
+/// A program's kernels JIT-compiled into one module.
+#[derive(Debug)]
+pub struct CompiledKernels {
+    pub module: JitModule,
+    /// The entry point of each kernel, in the order they were given.
+    pub entries: Vec<String>,
+}
+
+/// The number of outer indices of `kernel` (the product of its outer dims), or `None` if it
+/// overflows `i64`.
+pub fn kernel_extent(kernel: &Kernel) -> Option<i64> {
+    kernel
+        .outer
+        .iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(i64::try_from(d).ok()?))
+}
+
+/// The entry point names for `kernels`: each kernel's name made a C identifier, with `_N`
+/// appended where names repeat.
+pub fn entry_names(kernels: &[&Kernel]) -> Vec<String> {
+    let mut seen = HashMap::new();
+    kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let mut name: String = k
+                .name
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+                name.insert_str(0, "k_");
+            }
+            if seen.insert(name.clone(), i).is_some() {
+                name = format!("{name}_{i}");
+            }
+            name
+        })
+        .collect()
+}
+
+/// Compiles every kernel step of `program` into one module.
+pub fn compile_program(program: &Program, options: &JitOptions) -> Result<CompiledKernels> {
+    let kernels: Vec<&Kernel> = program
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Kernel(k) => Some(k),
+            Step::Gemm(_) => None,
+        })
+        .collect();
+    compile_program_kernels(&kernels, &program.buffers, options)
+}
+
+/// Compiles `kernels` (reading and writing `buffers`, indexed by [`BufferId`]) into one module
+/// with one entry point each (see [`entry_names`]).
+pub fn compile_program_kernels(
+    kernels: &[&Kernel],
+    buffers: &[BufferDecl],
+    options: &JitOptions,
+) -> Result<CompiledKernels> {
+    let entries = entry_names(kernels);
+    let module = compile("smelt_kernels", options, |ctx, module| {
+        for (k, name) in kernels.iter().zip(&entries) {
+            build_kernel(ctx, module, k, buffers, name)?;
+        }
+        Ok(())
+    })?;
+    Ok(CompiledKernels { module, entries })
+}
+
+/// The optimised LLVM IR of one kernel (for snapshots and vectorisation checks; pass a
+/// [`super::CpuTarget::Named`] target for machine-independent text).
+pub fn optimized_kernel_ir(
+    kernel: &Kernel,
+    buffers: &[BufferDecl],
+    options: &JitOptions,
+) -> Result<String> {
+    let name = entry_names(&[kernel]).remove(0);
+    optimize("smelt_kernel", options, |ctx, module| {
+        build_kernel(ctx, module, kernel, buffers, &name)
+    })
+}
+
+pub(crate) fn bad(kernel: &Kernel, message: impl std::fmt::Display) -> LlvmError {
+    LlvmError::Build {
+        message: format!("kernel {:?}: {message}", kernel.name),
+    }
+}
+
+/// Adds `void name(i8** args, i64 start, i64 end)` computing `kernel` to `module`.
+pub fn build_kernel<'ctx>(
+    ctx: &'ctx Context,
+    module: &Module<'ctx>,
+    kernel: &Kernel,
+    buffers: &[BufferDecl],
+    name: &str,
+) -> Result<()> {
+    let decls = kernel
+        .reads
+        .iter()
+        .chain(&kernel.writes)
+        .map(|id| {
+            buffers
+                .get(id.0 as usize)
+                .filter(|b| b.id == *id)
+                .ok_or_else(|| bad(kernel, format!("unknown buffer {id:?}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    check_affine_bounds(kernel, buffers)?;
+    let i64t = ctx.i64_type();
+    let ptr_of = |d: DType| storage_type(ctx, d).ptr_type(AddressSpace::default());
+    let status_t = ctx.i32_type().ptr_type(AddressSpace::default());
+    // The body: typed, noalias buffer pointers.
+    let mut params: Vec<BasicMetadataTypeEnum> =
+        decls.iter().map(|d| ptr_of(d.dtype).into()).collect();
+    params.extend::<[BasicMetadataTypeEnum; 3]>([status_t.into(), i64t.into(), i64t.into()]);
+    let body_fn = module.add_function(
+        &format!("{name}.body"),
+        ctx.void_type().fn_type(&params, false),
+        Some(Linkage::Internal),
+    );
+    let attr = |n: &str| ctx.create_enum_attribute(Attribute::get_named_enum_kind_id(n), 0);
+    body_fn.add_attribute(AttributeLoc::Function, attr("alwaysinline"));
+    body_fn.add_attribute(AttributeLoc::Function, attr("nounwind"));
+    for (i, id) in kernel.reads.iter().chain(&kernel.writes).enumerate() {
+        let read = kernel.reads.contains(id);
+        let written = kernel.writes.contains(id);
+        if !(read && written) {
+            body_fn.add_attribute(AttributeLoc::Param(i as u32), attr("noalias"));
+        }
+    }
+    // The entry point: unpack `args`, call the body.
+    let args_t = ctx
+        .i8_type()
+        .ptr_type(AddressSpace::default())
+        .ptr_type(AddressSpace::default());
+    let entry_fn = module.add_function(
+        name,
+        ctx.void_type()
+            .fn_type(&[args_t.into(), i64t.into(), i64t.into()], false),
+        None,
+    );
+    entry_fn.add_attribute(AttributeLoc::Function, attr("nounwind"));
+    let b = ctx.create_builder();
+    b.position_at_end(ctx.append_basic_block(entry_fn, "entry"));
+    let args = param(entry_fn, 0)?.into_pointer_value();
+    let mut call_args = Vec::new();
+    for (i, d) in decls.iter().enumerate() {
+        let slot_t: BasicTypeEnum = ptr_of(d.dtype).into();
+        call_args.push(arg_pointer(ctx, &b, args, i as u64, slot_t)?.into());
+    }
+    call_args.push(arg_pointer(ctx, &b, args, decls.len() as u64, status_t.into())?.into());
+    call_args.push(param(entry_fn, 1)?.into());
+    call_args.push(param(entry_fn, 2)?.into());
+    b.build_call(body_fn, &call_args, "")?;
+    b.build_return(None)?;
+
+    let builder = ctx.create_builder();
+    builder.position_at_end(ctx.append_basic_block(body_fn, "entry"));
+    let mut ptrs = Vec::new();
+    for i in 0..decls.len() {
+        ptrs.push(param(body_fn, i as u32)?.into_pointer_value());
+    }
+    let n = decls.len() as u32;
+    let mut em = Emitter {
+        ctx,
+        module,
+        b: builder,
+        function: body_fn,
+        kernel,
+        buffers,
+        ptrs,
+        status: param(body_fn, n)?.into_pointer_value(),
+        index_t: match kernel.index_width {
+            IndexWidth::I32 => ctx.i32_type(),
+            IndexWidth::I64 => ctx.i64_type(),
+        },
+        values: HashMap::new(),
+        vars: Vec::new(),
+    };
+    let start = param(body_fn, n + 1)?.into_int_value();
+    let end = param(body_fn, n + 2)?.into_int_value();
+    em.outer_loops(start, end)?;
+    em.b.build_return(None)?;
+    Ok(())
+}
+
+/// How a dtype is stored in memory: bool as `i8` (0 or 1), f16 as `half`, bf16 as `i16` bits.
+pub(crate) fn storage_type(ctx: &Context, d: DType) -> BasicTypeEnum<'_> {
+    match d {
+        DType::Bool => ctx.i8_type().into(),
+        DType::I32 => ctx.i32_type().into(),
+        DType::I64 => ctx.i64_type().into(),
+        DType::F16 => ctx.f16_type().into(),
+        DType::BF16 => ctx.i16_type().into(),
+        DType::F32 => ctx.f32_type().into(),
+        DType::F64 => ctx.f64_type().into(),
+    }
+}
+
+fn arg_pointer<'ctx>(
+    ctx: &'ctx Context,
+    b: &Builder<'ctx>,
+    args: PointerValue<'ctx>,
+    i: u64,
+    ty: BasicTypeEnum<'ctx>,
+) -> Result<PointerValue<'ctx>> {
+    // SAFETY (of the generated code): the calling convention passes one pointer per read and
+    // written buffer plus the status word, so slot `i` exists.
+    let slot =
+        unsafe { b.build_in_bounds_gep(args, &[ctx.i64_type().const_int(i, false)], "slot")? };
+    let raw = b.build_load(slot, "arg")?.into_pointer_value();
+    Ok(b.build_pointer_cast(raw, ty.into_pointer_type(), "argp")?)
+}
+
+fn param<'ctx>(f: FunctionValue<'ctx>, n: u32) -> Result<BasicValueEnum<'ctx>> {
+    f.get_nth_param(n).ok_or_else(|| LlvmError::Build {
+        message: format!("function has no parameter {n}"),
+    })
+}
+
+/// A value of the kernel body: its LLVM value and its kernel IR type.
+#[derive(Clone, Copy)]
+pub(crate) struct Val<'ctx> {
+    pub v: BasicValueEnum<'ctx>,
+    pub ty: Ty,
+}
+
+/// The state of code generation for one kernel body.
+pub(crate) struct Emitter<'a, 'ctx> {
+    pub ctx: &'ctx Context,
+    pub module: &'a Module<'ctx>,
+    pub b: Builder<'ctx>,
+    pub function: FunctionValue<'ctx>,
+    pub kernel: &'a Kernel,
+    pub buffers: &'a [BufferDecl],
+    /// One pointer per read then written buffer.
+    pub ptrs: Vec<PointerValue<'ctx>>,
+    pub status: PointerValue<'ctx>,
+    pub index_t: IntType<'ctx>,
+    pub values: HashMap<ValueId, Val<'ctx>>,
+    /// The current loop variables as i64 (outer dims, then the current stage's inner dims).
+    pub vars: Vec<IntValue<'ctx>>,
+}
+
+impl<'a, 'ctx> Emitter<'a, 'ctx> {
+    pub(crate) fn err(&self, message: impl std::fmt::Display) -> LlvmError {
+        bad(self.kernel, message)
+    }
+
+    pub(crate) fn value(&self, id: ValueId) -> Result<Val<'ctx>> {
+        self.values
+            .get(&id)
+            .copied()
+            .ok_or_else(|| self.err(format!("value {id:?} is used before it is defined")))
+    }
+
+    pub(crate) fn i64c(&self, v: i64) -> IntValue<'ctx> {
+        self.ctx.i64_type().const_int(v as u64, true)
+    }
+
+    /// The flat range `start..end`, row by row (see the module docs).
+    fn outer_loops(&mut self, start: IntValue<'ctx>, end: IntValue<'ctx>) -> Result<()> {
+        let outer = self.kernel.outer.clone();
+        let Some(&last) = outer.last() else {
+            // No outer dims: one outer index.
+            let nonempty = self
+                .b
+                .build_int_compare(IntPredicate::SLT, start, end, "ne")?;
+            let (body, exit) = (self.block("point"), self.block("done"));
+            self.b.build_conditional_branch(nonempty, body, exit)?;
+            self.b.position_at_end(body);
+            self.vars.clear();
+            self.point()?;
+            self.b.build_unconditional_branch(exit)?;
+            self.b.position_at_end(exit);
+            return Ok(());
+        };
+        if outer.contains(&0) {
+            return Ok(());
+        }
+        let d_last = self.i64c(last as i64);
+        let one = self.i64c(1);
+        let row0 = self.b.build_int_signed_div(start, d_last, "row0")?;
+        let end1 = self.b.build_int_sub(end, one, "end1")?;
+        let row_end = self.b.build_int_signed_div(end1, d_last, "rowl")?;
+        let row_end = self.b.build_int_add(row_end, one, "rowe")?;
+        self.counted_loop(row0, row_end, "row", |em, r| {
+            let base = em.b.build_int_nsw_mul(r, d_last, "base")?;
+            let mut prefix = vec![em.i64c(0); outer.len() - 1];
+            let mut rest = r;
+            for d in (0..outer.len() - 1).rev() {
+                let dim = em.i64c(outer[d] as i64);
+                prefix[d] = em.b.build_int_signed_rem(rest, dim, "o")?;
+                rest = em.b.build_int_signed_div(rest, dim, "r")?;
+            }
+            let lo = em.b.build_int_sub(start, base, "lo")?;
+            let neg =
+                em.b.build_int_compare(IntPredicate::SLT, lo, em.i64c(0), "neg")?;
+            let lo =
+                em.b.build_select(neg, em.i64c(0), lo, "j0")?
+                    .into_int_value();
+            let hi = em.b.build_int_sub(end, base, "hi")?;
+            let over =
+                em.b.build_int_compare(IntPredicate::SGT, hi, d_last, "over")?;
+            let hi = em.b.build_select(over, d_last, hi, "j1")?.into_int_value();
+            em.counted_loop(lo, hi, "j", |em, j| {
+                em.vars = prefix.clone();
+                em.vars.push(j);
+                em.point()
+            })
+        })
+    }
+
+    /// One outer index: every stage in order.
+    fn point(&mut self) -> Result<()> {
+        let outer_vars = self.vars.clone();
+        for stage in &self.kernel.stages {
+            self.vars.clone_from(&outer_vars);
+            match &stage.effect {
+                StageEffect::Reduce {
+                    value,
+                    combiner,
+                    acc,
+                    result,
+                } => {
+                    let red = self.reduce_begin(*combiner, *acc, &stage.body, *value)?;
+                    self.loop_nest(&stage.inner, &mut |em| {
+                        em.body(&stage.body)?;
+                        em.reduce_step(&red)
+                    })?;
+                    let r = self.reduce_end(&red)?;
+                    self.values.insert(*result, r);
+                }
+                StageEffect::Store(stores) => {
+                    self.loop_nest(&stage.inner, &mut |em| {
+                        em.body(&stage.body)?;
+                        for st in stores {
+                            let v = em.value(st.value)?;
+                            em.store(st.buffer, &st.access, v)?;
+                        }
+                        Ok(())
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Nested counted loops over `dims` (pushing their variables), running `f` innermost.
+    fn loop_nest(
+        &mut self,
+        dims: &[usize],
+        f: &mut dyn FnMut(&mut Emitter<'a, 'ctx>) -> Result<()>,
+    ) -> Result<()> {
+        let Some((&first, rest)) = dims.split_first() else {
+            return f(self);
+        };
+        let depth = self.vars.len();
+        let hi = self.i64c(first as i64);
+        self.counted_loop(self.i64c(0), hi, "inner", |em, i| {
+            em.vars.truncate(depth);
+            em.vars.push(i);
+            em.loop_nest(rest, f)
+        })?;
+        self.vars.truncate(depth);
+        Ok(())
+    }
+
+    pub(crate) fn block(&self, name: &str) -> inkwell::basic_block::BasicBlock<'ctx> {
+        self.ctx.append_basic_block(self.function, name)
+    }
+
+    /// `for (i = lo; i < hi; i++) f(i)`; leaves the builder after the loop.
+    pub(crate) fn counted_loop(
+        &mut self,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        name: &str,
+        f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
+    ) -> Result<()> {
+        let i64t = self.ctx.i64_type();
+        let pre = self.current_block()?;
+        let body = self.block(name);
+        let exit = self.block(&format!("{name}.exit"));
+        let nonempty = self
+            .b
+            .build_int_compare(IntPredicate::SLT, lo, hi, "nonempty")?;
+        self.b.build_conditional_branch(nonempty, body, exit)?;
+        self.b.position_at_end(body);
+        let phi = self.b.build_phi(i64t, name)?;
+        phi.add_incoming(&[(&lo, pre)]);
+        let i = phi.as_basic_value().into_int_value();
+        f(self, i)?;
+        let next = self.b.build_int_nsw_add(i, self.i64c(1), "next")?;
+        let latch = self.current_block()?;
+        phi.add_incoming(&[(&next, latch)]);
+        let more = self
+            .b
+            .build_int_compare(IntPredicate::SLT, next, hi, "more")?;
+        self.b.build_conditional_branch(more, body, exit)?;
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+
+    pub(crate) fn current_block(&self) -> Result<inkwell::basic_block::BasicBlock<'ctx>> {
+        self.b
+            .get_insert_block()
+            .ok_or_else(|| self.err("builder is not positioned"))
+    }
+
+    /// Emits a stage body's instructions.
+    fn body(&mut self, insts: &[Inst]) -> Result<()> {
+        for inst in insts {
+            let v = self.inst(inst)?;
+            self.values.insert(inst.dst, Val { v, ty: inst.ty });
+        }
+        Ok(())
+    }
+}

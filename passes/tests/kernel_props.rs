@@ -1,0 +1,179 @@
+//! Differential property tests of the kernel IR: random graphs → `optimize` → `lower` →
+//! `verify_program` → `eval_program`, compared with the interpreter on the original graph,
+//! fused and unfused.
+//!
+//! `kernel_programs_match_the_interpreter` lowers with f64 accumulators (the interpreter's), so
+//! every output must match with torch.testing's elementwise tolerances: integers and bools
+//! exactly, NaN positions and infinities exactly. (Data ops run through the interpreter's own
+//! formulas, so in practice the match is bit-exact up to NaN payloads.) Float→integer casts
+//! are left out of those graphs: the same f64 accumulation keeps them exact, but a cast of a
+//! `mean` divides in f64 in both, and the remaining double rounding of f64 → f16 casts of
+//! accumulators (through f32, where the interpreter rounds once) would turn a 1-ulp difference
+//! into a different integer.
+//!
+//! `default_accumulators_stay_close` lowers as compiled programs are (f32 accumulators): outputs
+//! that no float reduction or matmul feeds must match as above; outputs fed by one are compared
+//! where both values are finite, within `rtol = atol = 16 · eps · K` (eps of the coarsest float
+//! dtype in the graph, K the longest reduction or inner product in the graph), unless a discontinuous op (comparison,
+//! floor/ceil, cast to an integer or bool, floor_div, remainder, arg reductions, a `where`
+//! condition, gather indices) lies between the reduction and the output, where any value
+//! is accepted.
+
+mod kernel_common;
+
+use kernel_common::{compare, elementwise_tol, with_sinks_as_outputs};
+use proptest::prelude::*;
+use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, GenConfig};
+use smelt_ir::{interp, BinaryOp, DType, Graph, HostTensor, Op, UnaryOp};
+use smelt_passes::kernel::{eval_program, lower_with, verify_program, LowerOptions};
+use smelt_passes::{optimize, PassOptions};
+use std::collections::HashMap;
+
+fn arb_case() -> impl Strategy<Value = (Graph, HashMap<String, HostTensor>)> {
+    arb_graph_with(GenConfig {
+        max_nodes: 24,
+        float_to_int_casts: false,
+        ..GenConfig::default()
+    })
+    .prop_map(with_sinks_as_outputs)
+    .prop_flat_map(|g| {
+        let b = arb_bindings(&g);
+        (Just(g), b)
+    })
+}
+
+fn run(
+    graph: &Graph,
+    bindings: &HashMap<String, HostTensor>,
+    fuse: bool,
+    lopts: &LowerOptions,
+) -> Result<Vec<(String, HostTensor)>, TestCaseError> {
+    let opts = PassOptions {
+        fuse,
+        ..PassOptions::default()
+    };
+    let o = optimize(graph, &opts).map_err(|e| TestCaseError::fail(format!("optimize: {e}")))?;
+    let program = lower_with(&o.graph, &o.plan, lopts)
+        .map_err(|e| TestCaseError::fail(format!("lower: {e}\n{}", o.plan)))?;
+    verify_program(&program).map_err(|e| TestCaseError::fail(format!("verify: {e}\n{program}")))?;
+    eval_program(&program, bindings)
+        .map_err(|e| TestCaseError::fail(format!("eval (fuse {fuse}): {e}\n{program}")))
+}
+
+/// Per node: (fed by a float reduction or matmul, and a discontinuous op lies after one).
+fn taint(graph: &Graph) -> (Vec<bool>, Vec<bool>) {
+    let n = graph.len();
+    let (mut tainted, mut opaque) = (vec![false; n], vec![false; n]);
+    for id in graph.ids() {
+        let node = graph.node(id);
+        let ops = node.op.operands();
+        let any_t = ops.iter().any(|o| tainted[o.index()]);
+        let any_o = ops.iter().any(|o| opaque[o.index()]);
+        let float_acc = match &node.op {
+            Op::Reduce { input, .. } | Op::MatMul(input, _) => graph.ty(*input).dtype.is_float(),
+            _ => false,
+        };
+        let discontinuous = match &node.op {
+            Op::Binary(b, ..) => {
+                b.returns_bool() || matches!(b, BinaryOp::FloorDiv | BinaryOp::Remainder)
+            }
+            Op::Unary(u, _) => matches!(u, UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::LogicalNot),
+            Op::Cast { to, .. } => !to.is_float(),
+            Op::Reduce { op, .. } => !matches!(
+                op,
+                smelt_ir::ReduceOp::Sum
+                    | smelt_ir::ReduceOp::Mean
+                    | smelt_ir::ReduceOp::Prod
+                    | smelt_ir::ReduceOp::Max
+                    | smelt_ir::ReduceOp::Min
+            ),
+            Op::Where(c, ..) => tainted[c.index()],
+            Op::Gather { index, .. } | Op::IndexSelect { index, .. } => tainted[index.index()],
+            _ => false,
+        };
+        tainted[id.index()] = any_t || float_acc;
+        opaque[id.index()] = any_o || (any_t && discontinuous);
+    }
+    (tainted, opaque)
+}
+
+fn reduction_length(graph: &Graph) -> f64 {
+    graph
+        .ids()
+        .map(|id| match &graph.node(id).op {
+            Op::Reduce { input, axes, .. } => axes
+                .iter()
+                .map(|&a| graph.ty(*input).shape.dims()[a])
+                .product::<usize>(),
+            Op::MatMul(a, _) => graph.ty(*a).shape.dims().last().copied().unwrap_or(1),
+            _ => 1,
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+}
+
+fn eps(d: DType) -> f64 {
+    match d {
+        DType::F16 => 9.8e-4,
+        DType::BF16 => 7.9e-3,
+        DType::F32 => 1.2e-7,
+        _ => 2.3e-16,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn kernel_programs_match_the_interpreter((graph, bindings) in arb_case()) {
+        let Ok(want) = interp::eval(&graph, &bindings) else { return Ok(()) };
+        let lopts = LowerOptions { f64_accumulators: true };
+        for fuse in [true, false] {
+            let got = run(&graph, &bindings, fuse, &lopts)?;
+            compare(&want, &got, elementwise_tol)
+                .map_err(|e| TestCaseError::fail(format!("fuse {fuse}: {e}")))?;
+        }
+    }
+
+    #[test]
+    fn default_accumulators_stay_close((graph, bindings) in arb_case()) {
+        let Ok(want) = interp::eval(&graph, &bindings) else { return Ok(()) };
+        let (tainted, opaque) = taint(&graph);
+        let k = reduction_length(&graph);
+        // Precision is lost in the coarsest float dtype the graph computes in.
+        let coarsest = graph
+            .nodes()
+            .iter()
+            .filter(|n| n.ty.dtype.is_float())
+            .map(|n| eps(n.ty.dtype))
+            .fold(0.0, f64::max);
+        for fuse in [true, false] {
+            let got = run(&graph, &bindings, fuse, &LowerOptions::default())?;
+            for (((name, w), (_, g)), (_, id)) in want.iter().zip(&got).zip(graph.outputs()) {
+                let one_w = [(name.clone(), w.clone())];
+                let one_g = [(name.clone(), g.clone())];
+                if !tainted[id.index()] {
+                    compare(&one_w, &one_g, elementwise_tol)
+                        .map_err(|e| TestCaseError::fail(format!("fuse {fuse}: {e}")))?;
+                    continue;
+                }
+                prop_assert_eq!(w.dtype(), g.dtype());
+                prop_assert_eq!(w.numel(), g.numel());
+                if opaque[id.index()] || !w.dtype().is_float() {
+                    continue;
+                }
+                let tol = 16.0 * coarsest * k;
+                for i in 0..w.numel() {
+                    let (x, y) = (w.data().get_f64(i), g.data().get_f64(i));
+                    if x.is_finite() && y.is_finite() {
+                        prop_assert!(
+                            (x - y).abs() <= tol * (1.0 + x.abs()),
+                            "fuse {}: output {:?}[{}]: got {}, want {} (tol {})", fuse, name, i, y, x, tol
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,574 @@
+//! Running a lowered program ([`Program`]) on the CPU: JIT-compiled kernels, GEMM steps,
+//! a planned arena, bound parameters.
+//!
+//! [`CpuProgram::compile`] validates the program (`verify_program`, then what the executor
+//! relies on itself: buffer ids, what each step may write, GEMM operand spans), JIT-compiles
+//! every kernel into one LLVM module, plans the arena ([`super::memory`]) and binds the
+//! parameters it is given. [`CpuProgram::run`] binds inputs by name, runs the steps in order
+//! and returns the outputs; [`CpuProgram::run_into`] writes them into caller tensors and allocates nothing in steady state: the arena, the pointer table
+//! and the argument scratch are owned by the program and reused (a second thread running the
+//! same program concurrently gets a fresh arena for that run instead of waiting).
+//!
+//! Kernels run through [`CpuPool`] in chunks of their flattened outer index space (see the
+//! calling convention in [`super`]); GEMM steps through [`MatmulPlan`] (whose f16/bf16 path
+//! still allocates f32 scratch per call). A kernel that meets a computed index outside its
+//! buffer (a bad gather index) fails the run with [`CpuError::IndexOutOfRange`]. Only the
+//! final element index is checked: a gather index outside its axis that still lands inside the
+//! buffer reads a neighbouring row (the kernel IR carries no per-axis bound). Integer
+//! `floor_div`/`remainder` by zero give 0 (the interpreter reports an error).
+//!
+//! Outputs: dtype and shape are checked (the shape given by [`CpuProgram::set_output_shape`],
+//! else a 1-D `[numel]`, since the kernel IR records element counts only). An output that is an
+//! input, parameter or constant buffer is copied out like any other.
+
+use super::error::{CpuError, Result};
+use super::gemm::{MatmulOperand, MatmulPlan};
+use super::kernel::CpuKernel;
+use super::memory::{plan_memory, Arena, MemoryPlan, ALIGN, POISON};
+use super::pool::CpuPool;
+use smelt_codegen::llvm::JitOptions;
+use smelt_ir::{with_data, DType, HostTensor, Shape, TensorData};
+use smelt_passes::kernel::{BufferKind, Gemm, Kernel, Program, Step};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// How a [`CpuProgram`] is compiled and run.
+#[derive(Clone, Debug, Default)]
+pub struct CpuOptions {
+    pub jit: JitOptions,
+    /// Worker threads: 0 uses the process-wide pool ([`CpuPool::global`]).
+    pub threads: usize,
+    /// Bytes of poisoned red zone after every arena buffer (tests; disables reuse).
+    pub red_zone: usize,
+}
+
+/// Work below this many scalar iterations per chunk is not split further.
+const GRAIN_WORK: i64 = 1 << 14;
+
+/// A compiled program, ready to run many times.
+pub struct CpuProgram {
+    steps: Vec<ExecStep>,
+    slots: Vec<Slot>,
+    outputs: Vec<OutputSpec>,
+    plan: MemoryPlan,
+    pool: PoolRef,
+    arena: Mutex<Arena>,
+    max_args: usize,
+}
+
+impl std::fmt::Debug for CpuProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuProgram")
+            .field("steps", &self.steps.len())
+            .field("peak_bytes", &self.plan.peak_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+enum PoolRef {
+    Global(&'static CpuPool),
+    Own(Arc<CpuPool>),
+}
+
+impl PoolRef {
+    fn get(&self) -> &CpuPool {
+        match self {
+            PoolRef::Global(p) => p,
+            PoolRef::Own(p) => p,
+        }
+    }
+}
+
+/// Where a buffer's bytes come from at run time.
+enum Slot {
+    Arena {
+        offset: usize,
+    },
+    Bound(HostTensor),
+    Input {
+        name: String,
+        dtype: DType,
+        numel: usize,
+    },
+}
+
+struct OutputSpec {
+    name: String,
+    buffer: usize,
+    dtype: DType,
+    shape: Shape,
+}
+
+enum ExecStep {
+    Kernel {
+        kernel: CpuKernel,
+        args: Vec<usize>,
+        extent: i64,
+        grain: i64,
+    },
+    Gemm {
+        plan: MatmulPlan,
+        a: (usize, usize),
+        b: (usize, usize),
+        out: usize,
+    },
+}
+
+fn invalid(reason: impl Into<String>) -> CpuError {
+    CpuError::InvalidProgram {
+        reason: reason.into(),
+    }
+}
+
+impl CpuProgram {
+    /// Compiles `program` with default options, binding the parameters in `params` (by name;
+    /// parameters missing here must come with every run's inputs).
+    pub fn compile(program: &Program, params: &HashMap<String, HostTensor>) -> Result<CpuProgram> {
+        CpuProgram::compile_with(program, params, &CpuOptions::default())
+    }
+
+    /// [`CpuProgram::compile`] with options.
+    pub fn compile_with(
+        program: &Program,
+        params: &HashMap<String, HostTensor>,
+        options: &CpuOptions,
+    ) -> Result<CpuProgram> {
+        // The kernel IR's invariants (SSA, types, bounds) first: the code generator and the
+        // launches below rely on them.
+        smelt_passes::kernel::verify_program(program).map_err(|e| invalid(e.to_string()))?;
+        let slots_plan = plan_memory(program, options.red_zone)?;
+        let mut slots = Vec::with_capacity(program.buffers.len());
+        for (i, d) in program.buffers.iter().enumerate() {
+            if d.id.0 as usize != i {
+                return Err(invalid(format!(
+                    "buffer {i} is declared with id {}",
+                    d.id.0
+                )));
+            }
+            let check = |t: &HostTensor, what: &str| {
+                if t.dtype() != d.dtype || t.numel() != d.numel {
+                    return Err(CpuError::Binding {
+                        name: what.to_string(),
+                        expected: format!("{} with {} elements", d.dtype, d.numel),
+                        got: format!("{} {}", t.dtype(), t.shape()),
+                    });
+                }
+                Ok(())
+            };
+            slots.push(match &d.kind {
+                BufferKind::Temp => Slot::Arena {
+                    offset: slots_plan.offsets[i].unwrap_or(0),
+                },
+                BufferKind::Constant(t) => {
+                    check(t, &format!("constant buffer {i}"))?;
+                    Slot::Bound(t.clone())
+                }
+                BufferKind::Param(name) if params.contains_key(name) => {
+                    let t = &params[name];
+                    check(t, name)?;
+                    Slot::Bound(t.clone())
+                }
+                BufferKind::Param(name) | BufferKind::Input(name) => Slot::Input {
+                    name: name.clone(),
+                    dtype: d.dtype,
+                    numel: d.numel,
+                },
+            });
+        }
+        let temp = |b: u32| matches!(slots.get(b as usize), Some(Slot::Arena { .. }));
+        let known = |b: u32| (b as usize) < slots.len();
+        let mut kernels: Vec<&Kernel> = Vec::new();
+        let mut max_args = 0;
+        for step in &program.steps {
+            match step {
+                Step::Kernel(k) => {
+                    for b in k.reads.iter().chain(&k.writes) {
+                        if !known(b.0) {
+                            return Err(invalid(format!("kernel {}: unknown {b:?}", k.name)));
+                        }
+                    }
+                    if let Some(b) = k.writes.iter().find(|b| !temp(b.0)) {
+                        return Err(invalid(format!(
+                            "kernel {} writes {b:?}, which is not a temporary",
+                            k.name
+                        )));
+                    }
+                    max_args = max_args.max(k.reads.len() + k.writes.len());
+                    kernels.push(k);
+                }
+                Step::Gemm(g) => {
+                    if !known(g.a.buffer.0) || !known(g.b.buffer.0) || !temp(g.out.0) {
+                        return Err(invalid(format!(
+                            "gemm {}: unknown operand buffers or a non-temporary output",
+                            g.name
+                        )));
+                    }
+                }
+            }
+        }
+        let pool = if options.threads == 0 {
+            PoolRef::Global(CpuPool::global()?)
+        } else {
+            PoolRef::Own(Arc::new(CpuPool::new(options.threads)?))
+        };
+        let mut compiled = jit(program, &kernels, &options.jit)?.into_iter();
+        let mut steps = Vec::with_capacity(program.steps.len());
+        for step in &program.steps {
+            steps.push(match step {
+                Step::Kernel(k) => {
+                    let kernel = compiled
+                        .next()
+                        .ok_or_else(|| invalid("the JIT returned too few kernels"))?;
+                    let extent = smelt_codegen_extent(k)?;
+                    let work: i64 = k
+                        .stages
+                        .iter()
+                        .map(|s| s.inner.iter().map(|&d| d as i64).product::<i64>().max(1))
+                        .sum::<i64>()
+                        .max(1);
+                    ExecStep::Kernel {
+                        kernel,
+                        args: k
+                            .reads
+                            .iter()
+                            .chain(&k.writes)
+                            .map(|b| b.0 as usize)
+                            .collect(),
+                        extent,
+                        grain: (GRAIN_WORK / work).max(1),
+                    }
+                }
+                Step::Gemm(g) => gemm_step(program, g)?,
+            });
+        }
+        let outputs = program
+            .outputs
+            .iter()
+            .map(|(name, b)| {
+                let d = program
+                    .buffers
+                    .get(b.0 as usize)
+                    .ok_or_else(|| invalid(format!("output {name:?} is unknown {b:?}")))?;
+                Ok(OutputSpec {
+                    name: name.clone(),
+                    buffer: b.0 as usize,
+                    dtype: d.dtype,
+                    shape: Shape::new(&[d.numel]),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let arena = Arena::new(&slots_plan, slots.len(), max_args);
+        Ok(CpuProgram {
+            steps,
+            slots,
+            outputs,
+            plan: slots_plan,
+            pool,
+            arena: Mutex::new(arena),
+            max_args,
+        })
+    }
+
+    /// Gives output `name` the shape `shape` (its element count must match).
+    pub fn set_output_shape(&mut self, name: &str, shape: Shape) -> Result<()> {
+        let o = self
+            .outputs
+            .iter_mut()
+            .find(|o| o.name == name)
+            .ok_or_else(|| CpuError::Output {
+                name: name.to_string(),
+                expected: "an output of the program".into(),
+                got: "no such output".into(),
+            })?;
+        if shape.numel() != o.shape.numel() {
+            return Err(CpuError::Output {
+                name: name.to_string(),
+                expected: format!("{} elements", o.shape.numel()),
+                got: format!("shape {shape}"),
+            });
+        }
+        o.shape = shape;
+        Ok(())
+    }
+
+    /// The memory plan of the arena.
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// Bytes of the arena (temporaries after liveness-based reuse).
+    pub fn peak_bytes(&self) -> usize {
+        self.plan.peak_bytes
+    }
+
+    /// What the temporaries would take without reuse.
+    pub fn naive_bytes(&self) -> usize {
+        self.plan.naive_bytes
+    }
+
+    /// The outputs' names, dtypes and shapes, in order.
+    pub fn outputs(&self) -> impl Iterator<Item = (&str, DType, &Shape)> + '_ {
+        self.outputs
+            .iter()
+            .map(|o| (o.name.as_str(), o.dtype, &o.shape))
+    }
+
+    /// Whether every red zone of the program's own arena still holds its poison (always true
+    /// without red zones).
+    pub fn red_zones_intact(&self) -> bool {
+        let Ok(arena) = self.arena.lock() else {
+            return false;
+        };
+        if self.plan.red_zone == 0 {
+            return true;
+        }
+        // SAFETY: `mem` holds `peak_bytes` initialised bytes (rounded up to whole lines).
+        let bytes: &[u8] = unsafe {
+            std::slice::from_raw_parts(arena.mem.as_ptr().cast(), arena.mem.len() * ALIGN)
+        };
+        self.plan.offsets.iter().enumerate().all(|(i, o)| {
+            let Some(o) = *o else { return true };
+            bytes[o + self.plan.bytes[i]..o + self.plan.sizes[i]]
+                .iter()
+                .all(|&b| b == POISON)
+        })
+    }
+
+    /// Runs the program on `inputs` (by name; also any parameter not bound at compile time)
+    /// and returns the outputs in program order.
+    pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>> {
+        let mut outs: Vec<HostTensor> = self
+            .outputs
+            .iter()
+            .map(|o| HostTensor::zeros(o.dtype, o.shape.clone()))
+            .collect();
+        self.run_into(inputs, &mut outs)?;
+        Ok(self
+            .outputs
+            .iter()
+            .map(|o| o.name.clone())
+            .zip(outs)
+            .collect())
+    }
+
+    /// Runs the program, writing the outputs into `outputs` (program order; dtypes and shapes
+    /// must match). Allocates nothing unless another thread is running this program.
+    pub fn run_into(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        outputs: &mut [HostTensor],
+    ) -> Result<()> {
+        if outputs.len() != self.outputs.len() {
+            return Err(CpuError::Output {
+                name: "*".into(),
+                expected: format!("{} outputs", self.outputs.len()),
+                got: format!("{} tensors", outputs.len()),
+            });
+        }
+        for (o, t) in self.outputs.iter().zip(outputs.iter()) {
+            if t.dtype() != o.dtype || t.shape() != &o.shape {
+                return Err(CpuError::Output {
+                    name: o.name.clone(),
+                    expected: format!("{}{}", o.dtype, o.shape),
+                    got: format!("{}{}", t.dtype(), t.shape()),
+                });
+            }
+        }
+        let mut fresh;
+        let mut guard;
+        let arena: &mut Arena = match self.arena.try_lock() {
+            Ok(g) => {
+                guard = g;
+                &mut guard
+            }
+            Err(_) => {
+                fresh = Arena::new(&self.plan, self.slots.len(), self.max_args);
+                &mut fresh
+            }
+        };
+        let base = arena.base();
+        for (i, slot) in self.slots.iter().enumerate() {
+            arena.ptrs[i] = match slot {
+                // SAFETY: the plan keeps `offset + size <= peak_bytes`, the arena's size.
+                Slot::Arena { offset } => unsafe { base.add(*offset) },
+                Slot::Bound(t) => data_ptr(t.data()),
+                Slot::Input { name, dtype, numel } => {
+                    let t = inputs
+                        .get(name)
+                        .ok_or_else(|| CpuError::MissingBinding { name: name.clone() })?;
+                    if t.dtype() != *dtype || t.numel() != *numel {
+                        return Err(CpuError::Binding {
+                            name: name.clone(),
+                            expected: format!("{dtype} with {numel} elements"),
+                            got: format!("{}{}", t.dtype(), t.shape()),
+                        });
+                    }
+                    data_ptr(t.data())
+                }
+            };
+        }
+        let pool = self.pool.get();
+        for step in &self.steps {
+            match step {
+                ExecStep::Kernel {
+                    kernel,
+                    args,
+                    extent,
+                    grain,
+                } => {
+                    arena.args.clear();
+                    arena.args.extend(args.iter().map(|&b| arena.ptrs[b]));
+                    arena.status.store(0, Ordering::Relaxed);
+                    arena.args.push(arena.status.as_ptr().cast());
+                    // SAFETY: every pointer covers its buffer's declared elements (arena slots
+                    // by the plan, bound and input tensors by the dtype/numel checks); the code
+                    // generator proved affine accesses in bounds and checks computed ones; the
+                    // kernel writes only arena buffers, whose slots are disjoint from every
+                    // buffer live at the same step; nothing else touches them during the launch.
+                    unsafe { kernel.launch(pool, &arena.args, *extent, *grain)? };
+                    if arena.status.load(Ordering::Relaxed) != 0 {
+                        return Err(CpuError::IndexOutOfRange {
+                            kernel: kernel.name().to_string(),
+                        });
+                    }
+                }
+                ExecStep::Gemm {
+                    plan, a, b, out, ..
+                } => {
+                    let size = plan.dtype().size_bytes();
+                    // SAFETY: `gemm_step` checked that the operands' spans (from these element
+                    // offsets) lie inside their buffers and that `out` holds `out_len`
+                    // elements; `out` is an arena slot disjoint from the live operands.
+                    unsafe {
+                        let pa = arena.ptrs[a.0].add(a.1 * size);
+                        let pb = arena.ptrs[b.0].add(b.1 * size);
+                        plan.run_raw(pool, pa, pb, arena.ptrs[*out])?;
+                    }
+                }
+            }
+        }
+        for (o, t) in self.outputs.iter().zip(outputs.iter_mut()) {
+            let src = arena.ptrs[o.buffer];
+            let placeholder = HostTensor::new(Shape::new(&[0]), TensorData::Bool(Vec::new()))
+                .map_err(|e| invalid(e.to_string()))?;
+            let taken = std::mem::replace(t, placeholder);
+            let shape = taken.shape().clone();
+            let mut data = taken.into_data();
+            with_data!(&mut data, v => {
+                let bytes = std::mem::size_of_val(v.as_slice());
+                // SAFETY: `src` holds the output buffer's `numel` elements of this dtype
+                // (checked above: dtype and shape match), `v` exactly as many; they do not
+                // overlap (`v` is the caller's tensor).
+                unsafe { std::ptr::copy_nonoverlapping(src, v.as_mut_ptr().cast::<u8>(), bytes) };
+            });
+            *t = HostTensor::new(shape, data).map_err(|e| invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+fn data_ptr(d: &TensorData) -> *mut u8 {
+    with_data!(d, v => v.as_ptr().cast::<u8>().cast_mut())
+}
+
+fn smelt_codegen_extent(k: &Kernel) -> Result<i64> {
+    k.outer
+        .iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(i64::try_from(d).ok()?))
+        .ok_or_else(|| CpuError::Overflow {
+            op: "kernel launch",
+            what: format!("the outer extent of {}", k.name),
+        })
+}
+
+fn gemm_step(program: &Program, g: &Gemm) -> Result<ExecStep> {
+    let decl = |b: u32| &program.buffers[b as usize];
+    let operand = |o: &smelt_passes::kernel::GemmOperand| -> Result<(MatmulOperand, usize)> {
+        let strides = o
+            .strides
+            .iter()
+            .map(|&s| isize::try_from(s).map_err(|_| invalid(format!("gemm {}: stride", g.name))))
+            .collect::<Result<Vec<_>>>()?;
+        let d = decl(o.buffer.0);
+        if d.dtype != g.dtype {
+            return Err(CpuError::DTypeMismatch {
+                op: "gemm",
+                operand: "operand",
+                expected: g.dtype,
+                got: d.dtype,
+            });
+        }
+        // The highest element the operand reaches must lie inside its buffer.
+        let reach = o
+            .shape
+            .iter()
+            .zip(&o.strides)
+            .try_fold(o.offset, |acc, (&n, &s)| {
+                if n == 0 {
+                    Some(acc)
+                } else {
+                    acc.checked_add((n - 1).checked_mul(s)?)
+                }
+            });
+        let empty = o.shape.contains(&0);
+        if !empty && reach.is_none_or(|r| r >= d.numel) {
+            return Err(CpuError::BufferTooSmall {
+                op: "gemm",
+                operand: "operand",
+                needed: reach.map_or(usize::MAX, |r| r.saturating_add(1)),
+                len: d.numel,
+            });
+        }
+        Ok((MatmulOperand::new(&o.shape, &strides), o.offset))
+    };
+    let (a, a_off) = operand(&g.a)?;
+    let (b, b_off) = operand(&g.b)?;
+    let plan = MatmulPlan::new(g.dtype, &a, &b)?;
+    let out = decl(g.out.0);
+    if out.dtype != g.dtype || plan.out_len() > out.numel || plan.out_dims() != g.out_shape {
+        return Err(invalid(format!(
+            "gemm {}: output buffer {} with {} elements, the product is {:?}",
+            g.name,
+            out.dtype,
+            out.numel,
+            plan.out_dims()
+        )));
+    }
+    if g.out == g.a.buffer || g.out == g.b.buffer {
+        return Err(invalid(format!(
+            "gemm {}: output overlaps an operand",
+            g.name
+        )));
+    }
+    Ok(ExecStep::Gemm {
+        plan,
+        a: (g.a.buffer.0 as usize, a_off),
+        b: (g.b.buffer.0 as usize, b_off),
+        out: g.out.0 as usize,
+    })
+}
+
+#[cfg(feature = "llvm")]
+fn jit(program: &Program, kernels: &[&Kernel], options: &JitOptions) -> Result<Vec<CpuKernel>> {
+    if kernels.is_empty() {
+        return Ok(Vec::new());
+    }
+    let compiled =
+        smelt_codegen::llvm::kernel::compile_program_kernels(kernels, &program.buffers, options)?;
+    let module = Arc::new(compiled.module);
+    compiled
+        .entries
+        .iter()
+        .map(|name| {
+            // SAFETY: the kernel code generator defines every entry as `void (i8**, i64, i64)`
+            // in the calling convention of `super`.
+            unsafe { CpuKernel::new(module.clone(), name) }
+        })
+        .collect()
+}
+
+#[cfg(not(feature = "llvm"))]
+fn jit(_program: &Program, _kernels: &[&Kernel], _options: &JitOptions) -> Result<Vec<CpuKernel>> {
+    Err(CpuError::Jit(smelt_codegen::llvm::LlvmError::NotCompiledIn))
+}

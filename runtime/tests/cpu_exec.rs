@@ -1,0 +1,606 @@
+//! The CPU executor on hand-built kernel IR programs, against the reference interpreter:
+//! elementwise chains with broadcasts (f32, f16, bf16), a softmax row kernel, argmax with NaN,
+//! integer floor_div/remainder, a computed-access transpose, a gather, a GEMM with an
+//! epilogue, 64-bit indexing; red zones after every arena buffer, bitwise determinism across
+//! thread counts, memory reuse, typed errors.
+
+#![cfg(feature = "llvm")]
+
+mod cpu_exec_support;
+
+use cpu_exec_support::*;
+use smelt_ir::interp::eval;
+use smelt_ir::{BinaryOp, DType, Graph, HostTensor, ReduceOp, Scalar, Shape, UnaryOp};
+use smelt_passes::kernel::*;
+use smelt_runtime::cpu::{CpuError, CpuOptions, CpuProgram};
+use std::collections::HashMap;
+
+const RED_ZONE: usize = 4096;
+
+fn opts(threads: usize) -> CpuOptions {
+    CpuOptions {
+        threads,
+        red_zone: RED_ZONE,
+        ..CpuOptions::default()
+    }
+}
+
+/// Compiles and runs `program` (red zones on), checks the red zones, returns the outputs.
+fn run(program: &Program, inputs: &HashMap<String, HostTensor>, threads: usize) -> Vec<HostTensor> {
+    let exe = CpuProgram::compile_with(program, &HashMap::new(), &opts(threads)).expect("compiles");
+    let out = exe.run(inputs).expect("runs");
+    assert!(exe.red_zones_intact(), "a kernel wrote past a buffer");
+    out.into_iter().map(|(_, t)| t).collect()
+}
+
+fn bind(pairs: &[(&str, &HostTensor)]) -> HashMap<String, HostTensor> {
+    pairs
+        .iter()
+        .map(|(n, t)| (n.to_string(), (*t).clone()))
+        .collect()
+}
+
+/// `out = exp(a * b + a)` (or without exp for half types) over `[r, c]`, `b: [c]` broadcast.
+fn chain_program(d: DType, r: usize, c: usize, with_exp: bool) -> Program {
+    let mut p = P::default();
+    let a = p.input("a", d, r * c);
+    let b = p.input("b", d, c);
+    let o = p.temp(d, r * c);
+    let mut body = Body::default();
+    let x = body.load(d, a, 0, &[c as i64, 1]);
+    let y = body.load(d, b, 0, &[0, 1]);
+    let m = body.bin(d, BinaryOp::Mul, x, y);
+    let s = body.bin(d, BinaryOp::Add, m, x);
+    let e = if with_exp {
+        body.un(d, UnaryOp::Exp, s)
+    } else {
+        body.bin(d, BinaryOp::Maximum, s, y)
+    };
+    let st = body.store_stage(&[], vec![(o, affine(0, &[c as i64, 1]), e)]);
+    p.kernel(kernel("k_chain", &[a, b], &[o], &[r, c], vec![st]));
+    p.output("out", o);
+    p.build()
+}
+
+fn chain_graph(d: DType, r: usize, c: usize, with_exp: bool) -> Graph {
+    let mut g = Graph::new();
+    let a = g.input("a", d, [r, c].as_slice()).unwrap();
+    let b = g.input("b", d, [c].as_slice()).unwrap();
+    let m = g.binary(BinaryOp::Mul, a, b).unwrap();
+    let s = g.binary(BinaryOp::Add, m, a).unwrap();
+    let e = if with_exp {
+        g.unary(UnaryOp::Exp, s).unwrap()
+    } else {
+        let bb = g.expand(b, [r, c].as_slice()).unwrap();
+        g.binary(BinaryOp::Maximum, s, bb).unwrap()
+    };
+    g.set_output("out", e).unwrap();
+    g
+}
+
+#[test]
+fn elementwise_chains_match_the_interpreter() {
+    for (d, with_exp) in [
+        (DType::F32, true),
+        (DType::F64, true),
+        (DType::F16, false),
+        (DType::BF16, false),
+        (DType::F16, true),
+        (DType::BF16, true),
+    ] {
+        let (r, c) = (13, 67);
+        let a = tensor(d, &[r, c], &floats(r * c, 1, 3.0, true));
+        let b = tensor(d, &[c], &floats(c, 2, 2.0, true));
+        let inputs = bind(&[("a", &a), ("b", &b)]);
+        let want = eval(&chain_graph(d, r, c, with_exp), &inputs).unwrap();
+        let got = run(&chain_program(d, r, c, with_exp), &inputs, 2);
+        let what = format!("{d} exp={with_exp}");
+        if with_exp {
+            let (rt, at) = default_tol(d);
+            check_close(&what, &got[0], &want[0].1, rt, at).unwrap();
+        } else {
+            // Both round after every op: bit for bit.
+            check_bits(&what, &got[0], &want[0].1).unwrap();
+        }
+    }
+}
+
+/// softmax over the last axis of `[rows, n]`: max, sum of exp, store.
+fn softmax_program(d: DType, rows: usize, n: usize) -> Program {
+    let mut p = P::default();
+    let x = p.input("x", d, rows * n);
+    let o = p.temp(d, rows * n);
+    let f = DType::F32;
+    let mut b1 = Body::default();
+    let v = b1.load(d, x, 0, &[n as i64, 1]);
+    let vf = b1.push(Ty::Data(f), InstOp::Cast(v));
+    let mx = b1.fresh();
+    let mut b2 = Body::after(&b1);
+    let s1 = b1.reduce_stage(&[n], vf, Combiner::Max, f, mx);
+    let v2 = b2.load(d, x, 0, &[n as i64, 1]);
+    let v2f = b2.push(Ty::Data(f), InstOp::Cast(v2));
+    let t = b2.bin(f, BinaryOp::Sub, v2f, mx);
+    let e = b2.un(f, UnaryOp::Exp, t);
+    let sum = b2.fresh();
+    let mut b3 = Body::after(&b2);
+    let s2 = b2.reduce_stage(&[n], e, Combiner::Sum, f, sum);
+    let v3 = b3.load(d, x, 0, &[n as i64, 1]);
+    let v3f = b3.push(Ty::Data(f), InstOp::Cast(v3));
+    let t3 = b3.bin(f, BinaryOp::Sub, v3f, mx);
+    let e3 = b3.un(f, UnaryOp::Exp, t3);
+    let q = b3.bin(f, BinaryOp::Div, e3, sum);
+    let qd = b3.push(Ty::Data(d), InstOp::Cast(q));
+    let s3 = b3.store_stage(&[n], vec![(o, affine(0, &[n as i64, 1]), qd)]);
+    p.kernel(kernel("k_softmax", &[x], &[o], &[rows], vec![s1, s2, s3]));
+    p.output("y", o);
+    p.build()
+}
+
+fn softmax_graph(d: DType, rows: usize, n: usize) -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("x", d, [rows, n].as_slice()).unwrap();
+    let xf = g.cast(x, DType::F32).unwrap();
+    let m = g.reduce(ReduceOp::Max, xf, &[1], true).unwrap();
+    let t = g.binary(BinaryOp::Sub, xf, m).unwrap();
+    let e = g.unary(UnaryOp::Exp, t).unwrap();
+    let s = g.reduce(ReduceOp::Sum, e, &[1], true).unwrap();
+    let q = g.binary(BinaryOp::Div, e, s).unwrap();
+    let y = g.cast(q, d).unwrap();
+    g.set_output("y", y).unwrap();
+    g
+}
+
+#[test]
+fn softmax_rows_match_the_interpreter() {
+    for d in [DType::F32, DType::F16, DType::BF16] {
+        let (rows, n) = (9, 301);
+        let mut v = floats(rows * n, 3, 8.0, false);
+        v[n + 7] = f64::NAN; // row 1 becomes all NaN
+        v[2 * n + 3] = f64::INFINITY;
+        let x = tensor(d, &[rows, n], &v);
+        let inputs = bind(&[("x", &x)]);
+        let want = eval(&softmax_graph(d, rows, n), &inputs).unwrap();
+        let got = run(&softmax_program(d, rows, n), &inputs, 3);
+        // The sum accumulates in f32 here and in f64 in the interpreter: a looser tolerance
+        // for f32 (a few ulps per element of the row); half types round the result anyway.
+        let (rt, at) = if d == DType::F32 {
+            (1e-5, 1e-6)
+        } else {
+            default_tol(d)
+        };
+        check_close(&format!("softmax {d}"), &got[0], &want[0].1, rt, at).unwrap();
+    }
+}
+
+#[test]
+fn argmax_and_argmin_with_nan_match_the_interpreter() {
+    let (rows, n) = (6, 40);
+    let mut v = floats(rows * n, 4, 5.0, false);
+    v[n + 10] = f64::NAN;
+    v[n + 20] = f64::NAN;
+    for j in 0..n {
+        v[2 * n + j] = 1.0; // ties: the first wins
+    }
+    v[3 * n + 39] = f64::INFINITY;
+    v[4 * n] = f64::NEG_INFINITY;
+    for (op, comb) in [
+        (ReduceOp::ArgMax, Combiner::ArgMax),
+        (ReduceOp::ArgMin, Combiner::ArgMin),
+    ] {
+        for d in [DType::F32, DType::BF16, DType::I32] {
+            let x = tensor(d, &[rows, n], &v);
+            let mut p = P::default();
+            let xb = p.input("x", d, rows * n);
+            let o = p.temp(DType::I64, rows);
+            let mut b1 = Body::default();
+            // Arg reductions compare in the accumulator dtype (exact widening), as lowered.
+            let acc = acc_dtype(d);
+            let val = b1.load(d, xb, 0, &[n as i64, 1]);
+            let val = b1.push(Ty::Data(acc), InstOp::Cast(val));
+            let res = b1.fresh();
+            let b2 = Body::after(&b1);
+            let s1 = b1.reduce_stage(&[n], val, comb, acc, res);
+            let s2 = b2.store_stage(&[], vec![(o, affine(0, &[1]), res)]);
+            p.kernel(kernel("k_arg", &[xb], &[o], &[rows], vec![s1, s2]));
+            p.output("i", o);
+            let mut g = Graph::new();
+            let xi = g.input("x", d, [rows, n].as_slice()).unwrap();
+            let r = g.reduce(op, xi, &[1], false).unwrap();
+            g.set_output("i", r).unwrap();
+            let inputs = bind(&[("x", &x)]);
+            let want = eval(&g, &inputs).unwrap();
+            let got = run(&p.build(), &inputs, 2);
+            check_bits(&format!("{op} {d}"), &got[0], &want[0].1).unwrap();
+        }
+    }
+}
+
+fn int_program(d: DType, n: usize) -> Program {
+    let mut p = P::default();
+    let a = p.input("a", d, n);
+    let b = p.input("b", d, n);
+    let q = p.temp(d, n);
+    let r = p.temp(d, n);
+    let mut body = Body::default();
+    let x = body.load(d, a, 0, &[1]);
+    let y = body.load(d, b, 0, &[1]);
+    let fq = body.bin(d, BinaryOp::FloorDiv, x, y);
+    let fr = body.bin(d, BinaryOp::Remainder, x, y);
+    let st = body.store_stage(
+        &[],
+        vec![(q, affine(0, &[1]), fq), (r, affine(0, &[1]), fr)],
+    );
+    p.kernel(kernel("k_divmod", &[a, b], &[q, r], &[n], vec![st]));
+    p.output("q", q);
+    p.output("r", r);
+    p.build()
+}
+
+#[test]
+fn integer_floor_div_and_remainder_are_pythons() {
+    for d in [DType::I32, DType::I64] {
+        let min = if d == DType::I32 {
+            i32::MIN as f64
+        } else {
+            i64::MIN as f64
+        };
+        let mut av = vec![
+            7.0, -7.0, 7.0, -7.0, 0.0, 1.0, -1.0, min, min, 13.0, -13.0, 6.0,
+        ];
+        let mut bv = vec![
+            2.0, 2.0, -2.0, -2.0, 3.0, -5.0, 5.0, -1.0, 3.0, 4.0, 4.0, -3.0,
+        ];
+        for i in 0..100 {
+            av.push((i * 37 % 201) as f64 - 100.0);
+            bv.push(if i % 2 == 0 {
+                (i % 9 + 1) as f64
+            } else {
+                -((i % 7 + 1) as f64)
+            });
+        }
+        let n = av.len();
+        let (a, b) = (tensor(d, &[n], &av), tensor(d, &[n], &bv));
+        let mut g = Graph::new();
+        let ga = g.input("a", d, [n].as_slice()).unwrap();
+        let gb = g.input("b", d, [n].as_slice()).unwrap();
+        let q = g.binary(BinaryOp::FloorDiv, ga, gb).unwrap();
+        let r = g.binary(BinaryOp::Remainder, ga, gb).unwrap();
+        g.set_output("q", q).unwrap();
+        g.set_output("r", r).unwrap();
+        let inputs = bind(&[("a", &a), ("b", &b)]);
+        let want = eval(&g, &inputs).unwrap();
+        let got = run(&int_program(d, n), &inputs, 1);
+        check_bits("floor_div", &got[0], &want[0].1).unwrap();
+        check_bits("remainder", &got[1], &want[1].1).unwrap();
+        // Division by zero: 0 and 0 (the interpreter reports an error instead).
+        let z = tensor(d, &[n], &vec![0.0; n]);
+        let got = run(&int_program(d, n), &bind(&[("a", &a), ("b", &z)]), 1);
+        assert!(got
+            .iter()
+            .all(|t| (0..n).all(|i| t.data().get_f64(i) == 0.0)));
+    }
+}
+
+/// `out[i, j] = x[j, i]` for `x: [r, c]`, addressed by div/mod of the flat output index.
+#[test]
+fn a_computed_access_transpose_matches_permute() {
+    for width in [IndexWidth::I32, IndexWidth::I64] {
+        let (r, c) = (5, 7);
+        let mut p = P::default();
+        let x = p.input("x", DType::F32, r * c);
+        let o = p.temp(DType::F32, r * c);
+        let mut b = Body::default();
+        let ix = Ty::Index;
+        let i = b.push(ix, InstOp::LoopVar(0));
+        let j = b.push(ix, InstOp::LoopVar(1));
+        let rr = b.push(ix, InstOp::IndexConst(r as i64));
+        let cc = b.push(ix, InstOp::IndexConst(c as i64));
+        let f0 = b.push(ix, InstOp::IndexMul(i, rr));
+        let f = b.push(ix, InstOp::IndexAdd(f0, j)); // flat output index
+        let row = b.push(ix, InstOp::IndexRem(f, rr));
+        let col = b.push(ix, InstOp::IndexDiv(f, rr));
+        let s0 = b.push(ix, InstOp::IndexMul(row, cc));
+        let src = b.push(ix, InstOp::IndexAdd(s0, col));
+        let v = b.push(
+            Ty::Data(DType::F32),
+            InstOp::Load {
+                buffer: BufferId(x),
+                access: Access::Computed(src),
+            },
+        );
+        let st = b.store_stage(&[], vec![(o, affine(0, &[r as i64, 1]), v)]);
+        let mut k = kernel("k_transpose", &[x], &[o], &[c, r], vec![st]);
+        k.index_width = width;
+        p.kernel(k);
+        p.output("t", o);
+        let xt = tensor(DType::F32, &[r, c], &floats(r * c, 5, 1.0, false));
+        let mut g = Graph::new();
+        let gx = g.input("x", DType::F32, [r, c].as_slice()).unwrap();
+        let t = g.permute(gx, &[1, 0]).unwrap();
+        g.set_output("t", t).unwrap();
+        let inputs = bind(&[("x", &xt)]);
+        let want = eval(&g, &inputs).unwrap();
+        let got = run(&p.build(), &inputs, 2);
+        check_bits("transpose", &got[0], &want[0].1).unwrap();
+    }
+}
+
+fn gather_program(rows: usize, dim: usize, n: usize) -> Program {
+    let mut p = P::default();
+    let table = p.param("table", DType::F32, rows * dim);
+    let idx = p.input("idx", DType::I64, n);
+    let o = p.temp(DType::F32, n * dim);
+    let mut b = Body::default();
+    let ix = b.load(DType::I64, idx, 0, &[1, 0]);
+    let row = b.push(Ty::Index, InstOp::ToIndex(ix));
+    let j = b.push(Ty::Index, InstOp::LoopVar(1));
+    let dd = b.push(Ty::Index, InstOp::IndexConst(dim as i64));
+    let base = b.push(Ty::Index, InstOp::IndexMul(row, dd));
+    let at = b.push(Ty::Index, InstOp::IndexAdd(base, j));
+    let v = b.push(
+        Ty::Data(DType::F32),
+        InstOp::Load {
+            buffer: BufferId(table),
+            access: Access::Computed(at),
+        },
+    );
+    let st = b.store_stage(&[], vec![(o, affine(0, &[dim as i64, 1]), v)]);
+    p.kernel(kernel("k_gather", &[table, idx], &[o], &[n, dim], vec![st]));
+    p.output("rows", o);
+    p.build()
+}
+
+#[test]
+fn a_gather_through_to_index_matches_index_select_and_checks_bounds() {
+    let (rows, dim, n) = (10, 6, 8);
+    let table = tensor(DType::F32, &[rows, dim], &floats(rows * dim, 6, 1.0, false));
+    let idx = HostTensor::from_i64([n].as_slice(), vec![3, 0, 9, 9, 1, 5, 2, 3]).unwrap();
+    let mut g = Graph::new();
+    let gt = g
+        .param("table", DType::F32, [rows, dim].as_slice())
+        .unwrap();
+    let gi = g.input("idx", DType::I64, [n].as_slice()).unwrap();
+    let s = g.index_select(gt, gi, 0).unwrap();
+    g.set_output("rows", s).unwrap();
+    let want = eval(&g, &bind(&[("table", &table), ("idx", &idx)])).unwrap();
+    let params = bind(&[("table", &table)]);
+    let exe = CpuProgram::compile_with(&gather_program(rows, dim, n), &params, &opts(2)).unwrap();
+    let got = exe.run(&bind(&[("idx", &idx)])).unwrap();
+    check_bits("gather", &got[0].1, &want[0].1).unwrap();
+    for bad in [-1i64, rows as i64, i64::MAX] {
+        let idx = HostTensor::from_i64([n].as_slice(), vec![0, 1, bad, 2, 0, 0, 0, 0]).unwrap();
+        let e = exe.run(&bind(&[("idx", &idx)])).unwrap_err();
+        assert!(matches!(e, CpuError::IndexOutOfRange { .. }), "{e}");
+    }
+    assert!(exe.red_zones_intact());
+}
+
+#[test]
+fn a_gemm_step_with_a_fused_epilogue_matches_the_interpreter() {
+    let (bsz, m, k, n) = (2, 5, 7, 3);
+    let mut p = P::default();
+    let a = p.input("a", DType::F32, bsz * m * k);
+    let w = p.param("w", DType::F32, n * k); // stored [n, k], used transposed
+    let bias = p.param("bias", DType::F32, n);
+    let mm = p.temp(DType::F32, bsz * m * n);
+    let o = p.temp(DType::F32, bsz * m * n);
+    p.steps.push(Step::Gemm(Gemm {
+        name: "mm".into(),
+        origin: vec![],
+        dtype: DType::F32,
+        a: GemmOperand {
+            buffer: BufferId(a),
+            shape: vec![bsz, m, k],
+            strides: vec![m * k, k, 1],
+            offset: 0,
+        },
+        b: GemmOperand {
+            buffer: BufferId(w),
+            shape: vec![k, n],
+            strides: vec![1, k],
+            offset: 0,
+        },
+        out: BufferId(mm),
+        out_shape: vec![bsz, m, n],
+    }));
+    let mut body = Body::default();
+    let x = body.load(DType::F32, mm, 0, &strides(&[bsz, m, n]));
+    let bb = body.load(DType::F32, bias, 0, &[0, 0, 1]);
+    let s = body.bin(DType::F32, BinaryOp::Add, x, bb);
+    let r = body.un(DType::F32, UnaryOp::Relu, s);
+    let st = body.store_stage(&[], vec![(o, affine(0, &strides(&[bsz, m, n])), r)]);
+    p.kernel(kernel(
+        "k_bias_relu",
+        &[mm, bias],
+        &[o],
+        &[bsz, m, n],
+        vec![st],
+    ));
+    p.output("y", o);
+    let at = tensor(
+        DType::F32,
+        &[bsz, m, k],
+        &floats(bsz * m * k, 7, 1.0, false),
+    );
+    let wt = tensor(DType::F32, &[n, k], &floats(n * k, 8, 1.0, false));
+    let bt = tensor(DType::F32, &[n], &floats(n, 9, 1.0, false));
+    let mut g = Graph::new();
+    let ga = g.input("a", DType::F32, [bsz, m, k].as_slice()).unwrap();
+    let gw = g.param("w", DType::F32, [n, k].as_slice()).unwrap();
+    let gb = g.param("bias", DType::F32, [n].as_slice()).unwrap();
+    let wt_ = g.permute(gw, &[1, 0]).unwrap();
+    let y = g.matmul(ga, wt_).unwrap();
+    let y = g.binary(BinaryOp::Add, y, gb).unwrap();
+    let y = g.unary(UnaryOp::Relu, y).unwrap();
+    g.set_output("y", y).unwrap();
+    let all = bind(&[("a", &at), ("w", &wt), ("bias", &bt)]);
+    let want = eval(&g, &all).unwrap();
+    let params = bind(&[("w", &wt), ("bias", &bt)]);
+    let mut exe = CpuProgram::compile_with(&p.build(), &params, &opts(2)).unwrap();
+    exe.set_output_shape("y", Shape::new(&[bsz, m, n])).unwrap();
+    let got = exe.run(&bind(&[("a", &at)])).unwrap();
+    assert_eq!(got[0].1.shape(), &Shape::new(&[bsz, m, n]));
+    check_close("gemm", &got[0].1, &want[0].1, 1e-5, 1e-5).unwrap();
+    assert!(exe.red_zones_intact());
+}
+
+#[test]
+fn results_are_bitwise_identical_across_thread_counts() {
+    let (rows, n) = (67, 1031);
+    let x = tensor(DType::F32, &[rows, n], &floats(rows * n, 10, 6.0, true));
+    let sm = softmax_program(DType::F32, rows, n);
+    let ch = chain_program(DType::F32, rows, n, true);
+    let b = tensor(DType::F32, &[n], &floats(n, 11, 1.0, false));
+    let base_sm = run(&sm, &bind(&[("x", &x)]), 1);
+    let base_ch = run(&ch, &bind(&[("a", &x), ("b", &b)]), 1);
+    for threads in [2, 4] {
+        let sm_t = run(&sm, &bind(&[("x", &x)]), threads);
+        let ch_t = run(&ch, &bind(&[("a", &x), ("b", &b)]), threads);
+        assert_eq!(
+            sm_t[0].data().to_le_bytes(),
+            base_sm[0].data().to_le_bytes()
+        );
+        assert_eq!(
+            ch_t[0].data().to_le_bytes(),
+            base_ch[0].data().to_le_bytes()
+        );
+    }
+}
+
+/// `t1 = x + 1; t2 = t1 * 2; … t6`: at most three temporaries are live at once.
+#[test]
+fn the_memory_plan_reuses_dead_buffers() {
+    let n = 1000;
+    let mut p = P::default();
+    let x = p.input("x", DType::F32, n);
+    let mut prev = x;
+    let mut want: Vec<f32> = floats(n, 12, 1.0, false)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    let xt = tensor(
+        DType::F32,
+        &[n],
+        &want.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+    );
+    for i in 0..6 {
+        let t = p.temp(DType::F32, n);
+        let mut b = Body::default();
+        let v = b.load(DType::F32, prev, 0, &[1]);
+        let c = b.push(
+            Ty::Data(DType::F32),
+            InstOp::Const(Scalar::Float(i as f64 + 0.5)),
+        );
+        let r = b.bin(
+            DType::F32,
+            if i % 2 == 0 {
+                BinaryOp::Add
+            } else {
+                BinaryOp::Mul
+            },
+            v,
+            c,
+        );
+        let st = b.store_stage(&[], vec![(t, affine(0, &[1]), r)]);
+        p.kernel(kernel(&format!("k{i}"), &[prev], &[t], &[n], vec![st]));
+        for w in want.iter_mut() {
+            *w = if i % 2 == 0 {
+                *w + (i as f32 + 0.5)
+            } else {
+                *w * (i as f32 + 0.5)
+            };
+        }
+        prev = t;
+    }
+    p.output("y", prev);
+    let exe = CpuProgram::compile(&p.build(), &HashMap::new()).unwrap();
+    assert!(
+        exe.peak_bytes() < exe.naive_bytes(),
+        "{} vs {}",
+        exe.peak_bytes(),
+        exe.naive_bytes()
+    );
+    assert_eq!(exe.peak_bytes(), 2 * 4032); // two 4000-byte slots, 64-byte aligned
+    for _ in 0..3 {
+        let got = exe.run(&bind(&[("x", &xt)])).unwrap();
+        let want_t = HostTensor::from_f32([n].as_slice(), want.clone()).unwrap();
+        check_bits("chain", &got[0].1, &want_t).unwrap();
+    }
+}
+
+#[test]
+fn bad_bindings_and_outputs_are_typed_errors() {
+    let prog = chain_program(DType::F32, 2, 3, false);
+    let exe = CpuProgram::compile(&prog, &HashMap::new()).unwrap();
+    let a = tensor(DType::F32, &[2, 3], &[1.0; 6]);
+    let b = tensor(DType::F32, &[3], &[1.0; 3]);
+    let e = exe.run(&bind(&[("a", &a)])).unwrap_err();
+    assert!(matches!(e, CpuError::MissingBinding { .. }), "{e}");
+    let b64 = tensor(DType::F64, &[3], &[1.0; 3]);
+    let e = exe.run(&bind(&[("a", &a), ("b", &b64)])).unwrap_err();
+    assert!(matches!(e, CpuError::Binding { .. }), "{e}");
+    let mut wrong = vec![HostTensor::zeros(DType::F32, [5].as_slice())];
+    let e = exe
+        .run_into(&bind(&[("a", &a), ("b", &b)]), &mut wrong)
+        .unwrap_err();
+    assert!(matches!(e, CpuError::Output { .. }), "{e}");
+    let mut right = vec![HostTensor::zeros(DType::F32, [6].as_slice())];
+    exe.run_into(&bind(&[("a", &a), ("b", &b)]), &mut right)
+        .unwrap();
+    assert_eq!(right[0].to_f32_vec(), vec![2.0; 6]);
+}
+
+#[test]
+fn an_output_that_is_an_input_is_copied_out() {
+    let mut p = P::default();
+    let x = p.input("x", DType::I32, 4);
+    p.output("same", x);
+    let exe = CpuProgram::compile(&p.build(), &HashMap::new()).unwrap();
+    let t = tensor(DType::I32, &[4], &[1.0, -2.0, 3.0, 4.0]);
+    let got = exe.run(&bind(&[("x", &t)])).unwrap();
+    assert_eq!(got[0].1.data(), t.data());
+}
+
+/// Issue 4: an elementwise kernel over more than 2^31 elements (64-bit index arithmetic),
+/// checked on both sides of the boundary. Needs about 6 GiB: run with `--ignored`.
+#[test]
+#[ignore = "allocates about 6 GiB"]
+fn an_elementwise_kernel_over_more_than_2_pow_31_elements() {
+    let n = (1usize << 31) + 100;
+    let mut p = P::default();
+    let x = p.input("x", DType::Bool, n);
+    let o = p.temp(DType::Bool, n);
+    let mut b = Body::default();
+    let v = b.load(DType::Bool, x, 0, &[1]);
+    let r = b.un(DType::Bool, UnaryOp::LogicalNot, v);
+    let st = b.store_stage(&[], vec![(o, affine(0, &[1]), r)]);
+    let mut k = kernel("k_not", &[x], &[o], &[n], vec![st]);
+    k.index_width = IndexWidth::I64;
+    p.kernel(k);
+    p.output("y", o);
+    let exe = CpuProgram::compile(&p.build(), &HashMap::new()).unwrap();
+    let boundary = 1usize << 31;
+    let set = [
+        0,
+        1,
+        boundary - 2,
+        boundary - 1,
+        boundary,
+        boundary + 1,
+        n - 1,
+    ];
+    let mut v = vec![false; n];
+    for &i in &set {
+        v[i] = i % 2 == 0;
+    }
+    let xt = HostTensor::new([n].as_slice(), smelt_ir::TensorData::Bool(v)).unwrap();
+    let mut out = vec![HostTensor::zeros(DType::Bool, [n].as_slice())];
+    exe.run_into(&bind(&[("x", &xt)]), &mut out).unwrap();
+    let smelt_ir::TensorData::Bool(y) = out[0].data() else {
+        panic!("bool output")
+    };
+    for i in set.into_iter().chain([2, boundary + 2, n - 2]) {
+        let want = !(set.contains(&i) && i % 2 == 0);
+        assert_eq!(y[i], want, "element {i}");
+    }
+}

@@ -1,0 +1,274 @@
+//! Helpers of the CPU executor tests: hand-built kernel IR programs, comparison with
+//! torch.testing-style tolerances.
+
+#![allow(dead_code)]
+
+use smelt_ir::{DType, HostTensor, NodeId, TensorData};
+use smelt_passes::kernel::*;
+
+/// A program under construction.
+#[derive(Default)]
+pub struct P {
+    pub buffers: Vec<BufferDecl>,
+    pub steps: Vec<Step>,
+    pub outputs: Vec<(String, BufferId)>,
+}
+
+impl P {
+    fn add(&mut self, dtype: DType, numel: usize, kind: BufferKind) -> u32 {
+        let id = self.buffers.len() as u32;
+        self.buffers.push(BufferDecl {
+            id: BufferId(id),
+            dtype,
+            numel,
+            kind,
+            value: NodeId(id),
+        });
+        id
+    }
+    pub fn input(&mut self, name: &str, dtype: DType, numel: usize) -> u32 {
+        self.add(dtype, numel, BufferKind::Input(name.into()))
+    }
+    pub fn param(&mut self, name: &str, dtype: DType, numel: usize) -> u32 {
+        self.add(dtype, numel, BufferKind::Param(name.into()))
+    }
+    pub fn temp(&mut self, dtype: DType, numel: usize) -> u32 {
+        self.add(dtype, numel, BufferKind::Temp)
+    }
+    pub fn kernel(&mut self, k: Kernel) {
+        self.steps.push(Step::Kernel(k));
+    }
+    pub fn output(&mut self, name: &str, b: u32) {
+        self.outputs.push((name.into(), BufferId(b)));
+    }
+    pub fn build(self) -> Program {
+        Program {
+            buffers: self.buffers,
+            steps: self.steps,
+            outputs: self.outputs,
+        }
+    }
+}
+
+/// A stage body under construction; values are numbered per kernel, so a body of a later
+/// stage starts where the previous one stopped (`Body::after`).
+#[derive(Default)]
+pub struct Body {
+    pub insts: Vec<Inst>,
+    pub next: u32,
+}
+
+impl Body {
+    pub fn after(prev: &Body) -> Body {
+        Body {
+            insts: Vec::new(),
+            next: prev.next,
+        }
+    }
+    /// A fresh value id (for reduction results).
+    pub fn fresh(&mut self) -> ValueId {
+        let v = ValueId(self.next);
+        self.next += 1;
+        v
+    }
+    pub fn push(&mut self, ty: Ty, op: InstOp) -> ValueId {
+        let dst = self.fresh();
+        self.insts.push(Inst { dst, ty, op });
+        dst
+    }
+    pub fn load(&mut self, d: DType, buffer: u32, offset: i64, strides: &[i64]) -> ValueId {
+        self.push(
+            Ty::Data(d),
+            InstOp::Load {
+                buffer: BufferId(buffer),
+                access: affine(offset, strides),
+            },
+        )
+    }
+    pub fn un(&mut self, d: DType, op: smelt_ir::UnaryOp, a: ValueId) -> ValueId {
+        self.push(Ty::Data(d), InstOp::Unary(op, a))
+    }
+    pub fn bin(&mut self, d: DType, op: smelt_ir::BinaryOp, a: ValueId, b: ValueId) -> ValueId {
+        self.push(Ty::Data(d), InstOp::Binary(op, a, b))
+    }
+    pub fn store_stage(self, inner: &[usize], stores: Vec<(u32, Access, ValueId)>) -> Stage {
+        Stage {
+            inner: inner.to_vec(),
+            body: self.insts,
+            effect: StageEffect::Store(
+                stores
+                    .into_iter()
+                    .map(|(b, access, value)| Store {
+                        buffer: BufferId(b),
+                        access,
+                        value,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+    pub fn reduce_stage(
+        self,
+        inner: &[usize],
+        value: ValueId,
+        combiner: Combiner,
+        acc: DType,
+        result: ValueId,
+    ) -> Stage {
+        Stage {
+            inner: inner.to_vec(),
+            body: self.insts,
+            effect: StageEffect::Reduce {
+                value,
+                combiner,
+                acc,
+                result,
+            },
+        }
+    }
+}
+
+pub fn affine(offset: i64, strides: &[i64]) -> Access {
+    Access::Affine {
+        offset,
+        strides: strides.to_vec(),
+    }
+}
+
+pub fn kernel(
+    name: &str,
+    reads: &[u32],
+    writes: &[u32],
+    outer: &[usize],
+    stages: Vec<Stage>,
+) -> Kernel {
+    Kernel {
+        name: name.into(),
+        origin: vec![],
+        reads: reads.iter().map(|&b| BufferId(b)).collect(),
+        writes: writes.iter().map(|&b| BufferId(b)).collect(),
+        index_width: IndexWidth::I32,
+        outer: outer.to_vec(),
+        stages,
+    }
+}
+
+/// Row-major contiguous strides of `dims`, as i64.
+pub fn strides(dims: &[usize]) -> Vec<i64> {
+    let mut s = vec![1i64; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1] as i64;
+    }
+    s
+}
+
+/// torch.testing's default (rtol, atol) for a dtype.
+pub fn default_tol(d: DType) -> (f64, f64) {
+    match d {
+        DType::F16 => (1e-3, 1e-5),
+        DType::BF16 => (1.6e-2, 1e-5),
+        DType::F32 => (1.3e-6, 1e-5),
+        DType::F64 => (1e-7, 1e-7),
+        _ => (0.0, 0.0),
+    }
+}
+
+/// Checks `got` against `want`: same dtype and element count, integers and bools exact, NaN
+/// positions and infinities exact, finite floats within `atol + rtol * |want|`.
+pub fn check_close(
+    what: &str,
+    got: &HostTensor,
+    want: &HostTensor,
+    rtol: f64,
+    atol: f64,
+) -> Result<(), String> {
+    check_close_with(what, got, want, rtol, atol, false)
+}
+
+/// [`check_close`]; with `overflow_ok`, any two non-finite values also match (an accumulation
+/// that overflows gives inf or NaN depending on its order).
+pub fn check_close_with(
+    what: &str,
+    got: &HostTensor,
+    want: &HostTensor,
+    rtol: f64,
+    atol: f64,
+    overflow_ok: bool,
+) -> Result<(), String> {
+    if got.dtype() != want.dtype() || got.numel() != want.numel() {
+        return Err(format!(
+            "{what}: got {}{} want {}{}",
+            got.dtype(),
+            got.shape(),
+            want.dtype(),
+            want.shape()
+        ));
+    }
+    let float = got.dtype().is_float();
+    for i in 0..got.numel() {
+        let (g, w) = (got.data().get_f64(i), want.data().get_f64(i));
+        let ok = if !float {
+            exact(got.data(), want.data(), i)
+        } else if overflow_ok && !w.is_finite() && !g.is_finite() {
+            true
+        } else if w.is_nan() || g.is_nan() {
+            w.is_nan() && g.is_nan()
+        } else if w.is_infinite() || g.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= atol + rtol * w.abs()
+        };
+        if !ok {
+            return Err(format!("{what}: element {i}: got {g}, want {w}"));
+        }
+    }
+    Ok(())
+}
+
+fn exact(a: &TensorData, b: &TensorData, i: usize) -> bool {
+    match (a, b) {
+        (TensorData::I64(x), TensorData::I64(y)) => x[i] == y[i],
+        (TensorData::I32(x), TensorData::I32(y)) => x[i] == y[i],
+        (TensorData::Bool(x), TensorData::Bool(y)) => x[i] == y[i],
+        _ => false,
+    }
+}
+
+/// Bit-exact float comparison (NaN matches any NaN).
+pub fn check_bits(what: &str, got: &HostTensor, want: &HostTensor) -> Result<(), String> {
+    check_close(what, got, want, 0.0, 0.0)
+}
+
+/// Deterministic pseudo-random floats in `[-scale, scale]` with some specials mixed in.
+pub fn floats(n: usize, seed: u64, scale: f64, specials: bool) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|i| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+            if specials && i % 17 == 5 {
+                [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0][(s >> 3) as usize % 5]
+            } else {
+                (u * 2.0 - 1.0) * scale
+            }
+        })
+        .collect()
+}
+
+pub fn tensor(d: DType, dims: &[usize], v: &[f64]) -> HostTensor {
+    use half::{bf16, f16};
+    let data = match d {
+        DType::F16 => TensorData::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
+        DType::BF16 => TensorData::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+        DType::F32 => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
+        DType::F64 => TensorData::F64(v.to_vec()),
+        DType::I32 => TensorData::I32(v.iter().map(|&x| x as i32).collect()),
+        DType::I64 => TensorData::I64(v.iter().map(|&x| x as i64).collect()),
+        DType::Bool => TensorData::Bool(v.iter().map(|&x| x != 0.0).collect()),
+    };
+    HostTensor::new(dims, data).unwrap()
+}

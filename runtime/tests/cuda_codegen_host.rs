@@ -1,0 +1,531 @@
+//! The generated CUDA C *runs* without a GPU: each program is compiled as host C++ (g++) with
+//! a small shim for the CUDA built-ins (one OS thread per CUDA thread of a block, a barrier for
+//! `__syncthreads`, shuffles through a per-block exchange array, f16 via `_Float16`, bf16 by
+//! bit manipulation), launched block by block with its [`LaunchConfig`], and its outputs are
+//! compared with `smelt_passes::kernel::eval_program`, the kernel IR's reference semantics.
+//!
+//! This checks the printer's value semantics (casts, python division, wrapping, NaN rules,
+//! f16/bf16 rounding, index arithmetic, vector packs, the block reduction tree) on random
+//! graphs. It does not check CUDA's own math library or memory model. Without g++ the test
+//! prints "skipped" and passes.
+
+use half::{bf16, f16};
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use smelt_codegen::cuda::cuda_program_source;
+use smelt_ir::{DType, HostTensor, TensorData};
+use smelt_passes::kernel::{
+    eval_program, lower, Access, BufferDecl, BufferId, BufferKind, InstOp, Kernel, Program,
+    StageEffect, Step, Ty,
+};
+use smelt_passes::{optimize, PassOptions};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::path::Path;
+use std::process::Command;
+
+#[path = "../../codegen/tests/cuda_corpus_graphs/mod.rs"]
+mod cuda_corpus_graphs;
+#[path = "../../codegen/tests/cuda_kernels/mod.rs"]
+mod cuda_kernels;
+
+const SHIM: &str = r#"
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <barrier>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __launch_bounds__(n)
+#define __shared__ static
+struct sm_dim3 { unsigned x; };
+static sm_dim3 blockIdx, blockDim, gridDim;
+static thread_local sm_dim3 threadIdx;
+static std::barrier<>* sm_bar;
+static unsigned char sm_xchg[1024][16];
+static inline void __syncthreads() { sm_bar->arrive_and_wait(); }
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int o) {
+    static_assert(sizeof(T) <= 16, "exchange slot");
+    sm_bar->arrive_and_wait();
+    memcpy(sm_xchg[threadIdx.x], &v, sizeof(T));
+    sm_bar->arrive_and_wait();
+    T r; memcpy(&r, sm_xchg[threadIdx.x ^ o], sizeof(T));
+    return r;
+}
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline float __int_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
+static inline double __longlong_as_double(long long x) { double f; memcpy(&f, &x, 8); return f; }
+struct __half { unsigned short x; };
+static inline float __half2float(__half h) { _Float16 f; memcpy(&f, &h.x, 2); return (float)f; }
+static inline __half __float2half_rn(float x) { _Float16 f = (_Float16)x; __half h; memcpy(&h.x, &f, 2); return h; }
+struct __nv_bfloat16 { unsigned short x; };
+static inline float __bfloat162float(__nv_bfloat16 h) { unsigned u = (unsigned)h.x << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float x) {
+    unsigned u; memcpy(&u, &x, 4);
+    __nv_bfloat16 h;
+    if (x != x) { h.x = (unsigned short)((u >> 16) | 0x40); return h; }
+    u += 0x7fff + ((u >> 16) & 1);
+    h.x = (unsigned short)(u >> 16);
+    return h;
+}
+struct sm_any { void* p; template <typename T> operator T*() const { return (T*)p; } };
+static void* sm_load(const char* path, size_t bytes) {
+    void* p = aligned_alloc(256, (bytes + 256) / 256 * 256);
+    memset(p, 0, (bytes + 256) / 256 * 256);
+    FILE* f = fopen(path, "rb");
+    if (f) { if (fread(p, 1, bytes, f) != bytes) abort(); fclose(f); }
+    return p;
+}
+static void sm_save(const char* path, const void* p, size_t bytes) {
+    FILE* f = fopen(path, "wb"); fwrite(p, 1, bytes, f); fclose(f);
+}
+template <typename F> static void sm_launch(unsigned grid, unsigned block, F kernel) {
+    gridDim.x = grid; blockDim.x = block;
+    for (unsigned b = 0; b < grid; ++b) {
+        blockIdx.x = b;
+        std::barrier<> bar(block);
+        sm_bar = &bar;
+        std::vector<std::thread> threads;
+        for (unsigned t = 0; t < block; ++t)
+            threads.emplace_back([t, &kernel] { threadIdx.x = t; kernel(); });
+        for (auto& th : threads) th.join();
+    }
+}
+"#;
+
+fn bytes_of(d: &TensorData) -> Vec<u8> {
+    match d {
+        TensorData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+        TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        TensorData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+        TensorData::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+        TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        TensorData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+fn data_of(d: DType, b: &[u8]) -> TensorData {
+    fn chunks<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        b.chunks_exact(N).map(|c| c.try_into().unwrap())
+    }
+    match d {
+        DType::Bool => TensorData::Bool(b.iter().map(|&x| x != 0).collect()),
+        DType::I32 => TensorData::I32(chunks::<4>(b).map(i32::from_le_bytes).collect()),
+        DType::I64 => TensorData::I64(chunks::<8>(b).map(i64::from_le_bytes).collect()),
+        DType::F16 => TensorData::F16(
+            chunks::<2>(b)
+                .map(|c| f16::from_bits(u16::from_le_bytes(c)))
+                .collect(),
+        ),
+        DType::BF16 => TensorData::BF16(
+            chunks::<2>(b)
+                .map(|c| bf16::from_bits(u16::from_le_bytes(c)))
+                .collect(),
+        ),
+        DType::F32 => TensorData::F32(chunks::<4>(b).map(f32::from_le_bytes).collect()),
+        DType::F64 => TensorData::F64(chunks::<8>(b).map(f64::from_le_bytes).collect()),
+    }
+}
+
+/// Runs `program` as host C++ in `dir`; `None` when it has a GEMM step (not emulated).
+fn run_on_host(
+    program: &Program,
+    bindings: &HashMap<String, HostTensor>,
+    dir: &Path,
+) -> Option<HashMap<String, TensorData>> {
+    if program.steps.iter().any(|s| matches!(s, Step::Gemm(_))) {
+        return None;
+    }
+    let cuda = cuda_program_source(program);
+    let mut src = String::from(SHIM);
+    for line in cuda.source.lines() {
+        if !line.starts_with("#include <cuda_") && !line.starts_with("#pragma nv_") {
+            src.push_str(line);
+            src.push('\n');
+        }
+    }
+    src.push_str("int main() {\n");
+    for b in &program.buffers {
+        let bytes = b.numel * b.dtype.size_bytes();
+        let data = match &b.kind {
+            BufferKind::Input(n) | BufferKind::Param(n) => Some(bytes_of(bindings[n].data())),
+            BufferKind::Constant(t) => Some(bytes_of(t.data())),
+            BufferKind::Temp => None,
+        };
+        let path = dir.join(format!("b{}.bin", b.id.0));
+        if let Some(d) = data {
+            std::fs::write(&path, d).unwrap();
+        }
+        let _ = writeln!(
+            src,
+            "    void* b{} = sm_load({:?}, {bytes});",
+            b.id.0,
+            path.display().to_string()
+        );
+    }
+    let kernels = program.steps.iter().filter_map(|s| match s {
+        Step::Kernel(k) => Some(k),
+        Step::Gemm(_) => None,
+    });
+    for (k, (entry, launch)) in kernels.zip(&cuda.kernels) {
+        let n: usize = k.outer.iter().product();
+        let args: Vec<String> = k
+            .reads
+            .iter()
+            .chain(&k.writes)
+            .map(|b| format!("sm_any{{b{}}}", b.0))
+            .chain(std::iter::once(format!("{n}LL")))
+            .collect();
+        let _ = writeln!(
+            src,
+            "    sm_launch({}, {}, [&] {{ {entry}({}); }});",
+            launch.grid,
+            launch.block,
+            args.join(", ")
+        );
+    }
+    for (name, b) in &program.outputs {
+        let decl = &program.buffers[b.0 as usize];
+        let _ = writeln!(
+            src,
+            "    sm_save({:?}, b{}, {});",
+            dir.join(format!("out_{name}.bin")).display().to_string(),
+            b.0,
+            decl.numel * decl.dtype.size_bytes()
+        );
+    }
+    src.push_str("    return 0;\n}\n");
+    let cpp = dir.join("prog.cpp");
+    std::fs::write(&cpp, &src).unwrap();
+    let exe = dir.join("prog");
+    let out = Command::new("g++")
+        .args([
+            "-std=c++20",
+            "-O1",
+            "-ffp-contract=off",
+            "-pthread",
+            "-w",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&cpp)
+        .output()
+        .expect("g++ runs");
+    assert!(
+        out.status.success(),
+        "g++ failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        numbered(&src)
+    );
+    let run = Command::new(&exe).output().expect("the program runs");
+    assert!(run.status.success(), "host run failed:\n{}", numbered(&src));
+    let mut result = HashMap::new();
+    for (name, b) in &program.outputs {
+        let bytes = std::fs::read(dir.join(format!("out_{name}.bin"))).unwrap();
+        let dtype = program.buffers[b.0 as usize].dtype;
+        result.insert(name.clone(), data_of(dtype, &bytes));
+    }
+    Some(result)
+}
+
+fn numbered(src: &str) -> String {
+    src.lines()
+        .enumerate()
+        .map(|(i, l)| format!("{:5} | {l}\n", i + 1))
+        .collect()
+}
+
+/// Equal, with floats allowed a few ulps of the storage type (host libm vs Rust's libm for
+/// transcendentals); NaN matches NaN.
+fn close(want: &TensorData, got: &TensorData) -> Result<(), String> {
+    let n = want.len();
+    if got.len() != n || want.dtype() != got.dtype() {
+        return Err(format!(
+            "shape/dtype: {:?} vs {:?}",
+            want.dtype(),
+            got.dtype()
+        ));
+    }
+    // (relative, absolute): the absolute part covers cancellation after a transcendental
+    // (gelu's `1 + erf(x)` for negative x), where one ulp of erf is many ulps of the result.
+    let (tol, atol) = match want.dtype() {
+        DType::F16 | DType::BF16 => (1e-2, 1e-3),
+        DType::F32 => (1e-5, 1e-6),
+        DType::F64 => (1e-12, 1e-14),
+        _ => (0.0, 0.0),
+    };
+    for i in 0..n {
+        let (a, b) = (want.get_f64(i), got.get_f64(i));
+        let ok = (a.is_nan() && b.is_nan())
+            || a == b
+            || (tol > 0.0 && (a - b).abs() <= tol * a.abs().max(b.abs()) + atol);
+        if !ok {
+            return Err(format!("element {i}: want {a:e}, got {b:e}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn random_graphs_run_on_the_host_like_the_reference() {
+    if Command::new("g++").arg("--version").output().is_err() {
+        println!("random_graphs_run_on_the_host_like_the_reference: skipped, no g++");
+        return;
+    }
+    const GRAPHS: usize = 40;
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
+    let strategy = smelt_ir::arbitrary::arb_graph_with_bindings(32);
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut ran, mut kernels) = (0, 0);
+    for i in 0..GRAPHS * 4 {
+        if ran == GRAPHS {
+            break;
+        }
+        let (graph, bindings) = strategy.new_tree(&mut runner).unwrap().current();
+        let opts = PassOptions {
+            fuse: i % 3 != 2,
+            ..PassOptions::default()
+        };
+        let opt = optimize(&graph, &opts).unwrap_or_else(|e| panic!("graph {i}: {e}"));
+        let program = lower(&opt.graph, &opt.plan).unwrap_or_else(|e| panic!("graph {i}: {e}"));
+        // Data-dependent failures (integer division by zero, bad gather indices) have no
+        // kernel equivalent; skip those inputs.
+        let Ok(want) = eval_program(&program, &bindings) else {
+            continue;
+        };
+        let dir = tmp.path().join(format!("g{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let Some(got) = run_on_host(&program, &bindings, &dir) else {
+            continue;
+        };
+        ran += 1;
+        kernels += program
+            .steps
+            .iter()
+            .filter(|s| matches!(s, Step::Kernel(_)))
+            .count();
+        for (name, t) in &want {
+            if let Err(e) = close(t.data(), &got[name]) {
+                panic!(
+                    "graph {i}, output {name}: {e}\n{}\n{}",
+                    smelt_ir::text::print(&graph),
+                    cuda_program_source(&program).source
+                );
+            }
+        }
+    }
+    println!("{ran} random graphs ({kernels} kernels) run on the host match eval_program");
+    assert!(ran >= GRAPHS / 2, "only {ran} graphs could run");
+}
+
+/// A one-kernel program around a hand-built kernel: every read buffer an input, every written
+/// one an output; dtypes from the loads and stores, sizes from the affine accesses (or
+/// `sizes` for buffers read through computed indices).
+fn program_of(k: &Kernel, sizes: &[(u32, usize)]) -> Program {
+    let mut dtypes: HashMap<BufferId, DType> = HashMap::new();
+    let mut numel: HashMap<BufferId, usize> = HashMap::new();
+    let mut types: HashMap<u32, DType> = HashMap::new();
+    let mut extent = |b: BufferId, inner: &[usize], a: &Access| {
+        if let Access::Affine { offset, strides } = a {
+            let dims: Vec<usize> = k.outer.iter().chain(inner).copied().collect();
+            let last: i64 = offset
+                + strides
+                    .iter()
+                    .zip(&dims)
+                    .map(|(&s, &d)| s * (d as i64 - 1))
+                    .sum::<i64>();
+            let e = numel.entry(b).or_insert(0);
+            *e = (*e).max(last as usize + 1);
+        }
+    };
+    for st in &k.stages {
+        for inst in &st.body {
+            if let Ty::Data(d) = inst.ty {
+                types.insert(inst.dst.0, d);
+            }
+            if let InstOp::Load { buffer, access } = &inst.op {
+                if let Ty::Data(d) = inst.ty {
+                    dtypes.insert(*buffer, d);
+                }
+                extent(*buffer, &st.inner, access);
+            }
+        }
+        match &st.effect {
+            StageEffect::Reduce {
+                result,
+                combiner,
+                acc,
+                ..
+            } => {
+                let arg = matches!(
+                    combiner,
+                    smelt_passes::kernel::Combiner::ArgMax | smelt_passes::kernel::Combiner::ArgMin
+                );
+                types.insert(result.0, if arg { DType::I64 } else { *acc });
+            }
+            StageEffect::Store(stores) => {
+                for s in stores {
+                    dtypes.insert(s.buffer, types[&s.value.0]);
+                    extent(s.buffer, &st.inner, &s.access);
+                }
+            }
+        }
+    }
+    for &(b, n) in sizes {
+        numel.insert(BufferId(b), n);
+    }
+    let mut ids: Vec<BufferId> = k.reads.iter().chain(&k.writes).copied().collect();
+    ids.sort();
+    let buffers = ids
+        .iter()
+        .map(|&id| BufferDecl {
+            id,
+            dtype: dtypes[&id],
+            numel: numel[&id],
+            kind: if k.reads.contains(&id) {
+                BufferKind::Input(format!("b{}", id.0))
+            } else {
+                BufferKind::Temp
+            },
+            value: smelt_ir::NodeId(id.0),
+        })
+        .collect();
+    Program {
+        buffers,
+        steps: vec![Step::Kernel(k.clone())],
+        outputs: k.writes.iter().map(|b| (format!("o{}", b.0), *b)).collect(),
+    }
+}
+
+/// Deterministic inputs with specials (NaN, ±inf, ±0) among ordinary values; integers avoid
+/// zero (divisors) and index buffers hold valid indices.
+fn inputs_of(p: &Program, index_limit: &[(u32, i64)]) -> HashMap<String, HostTensor> {
+    let mut out = HashMap::new();
+    for b in &p.buffers {
+        let (BufferKind::Input(name) | BufferKind::Param(name)) = &b.kind else {
+            continue;
+        };
+        let n = b.numel;
+        let f = |i: usize| -> f64 {
+            match i % 37 {
+                5 => f64::NAN,
+                11 => f64::INFINITY,
+                17 => f64::NEG_INFINITY,
+                23 => -0.0,
+                _ => ((i * 7919 + b.id.0 as usize * 31) % 1000) as f64 / 125.0 - 4.0,
+            }
+        };
+        let limit = index_limit
+            .iter()
+            .find(|(id, _)| *id == b.id.0)
+            .map(|l| l.1);
+        let int = |i: usize| -> i64 {
+            match limit {
+                Some(l) => (i as i64 * 7) % l,
+                None => {
+                    let v = ((i * 7919 + 13) % 101) as i64 - 50;
+                    if v == 0 {
+                        3
+                    } else {
+                        v
+                    }
+                }
+            }
+        };
+        let data = match b.dtype {
+            DType::Bool => TensorData::Bool((0..n).map(|i| i % 3 == 0).collect()),
+            DType::I32 => TensorData::I32((0..n).map(|i| int(i) as i32).collect()),
+            DType::I64 => TensorData::I64((0..n).map(int).collect()),
+            DType::F16 => TensorData::F16((0..n).map(|i| f16::from_f64(f(i))).collect()),
+            DType::BF16 => TensorData::BF16((0..n).map(|i| bf16::from_f64(f(i))).collect()),
+            DType::F32 => TensorData::F32((0..n).map(|i| f(i) as f32).collect()),
+            DType::F64 => TensorData::F64((0..n).map(f).collect()),
+        };
+        out.insert(name.clone(), HostTensor::new(vec![n], data).unwrap());
+    }
+    out
+}
+
+/// (buffer, element count) of buffers read through computed indices.
+type Sizes = &'static [(u32, usize)];
+/// (buffer, bound) of index buffers: their values lie in `0..bound`.
+type Limits = &'static [(u32, i64)];
+
+#[test]
+fn hand_built_kernels_run_on_the_host_like_the_reference() {
+    if Command::new("g++").arg("--version").output().is_err() {
+        println!("hand_built_kernels_run_on_the_host_like_the_reference: skipped, no g++");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, k) in cuda_kernels::all() {
+        // Buffers read through computed indices: their sizes, and valid index ranges.
+        let (sizes, limits): (Sizes, Limits) = match name {
+            "gather" => (&[(1, 100 * 64)], &[(0, 100)]),
+            "computed_transpose" => (&[(0, 2048)], &[]),
+            _ => (&[], &[]),
+        };
+        let program = program_of(&k, sizes);
+        let bindings = inputs_of(&program, limits);
+        let want = eval_program(&program, &bindings).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let got = run_on_host(&program, &bindings, &dir).expect("no GEMM");
+        for (out, t) in &want {
+            if let Err(e) = close(t.data(), &got[out]) {
+                panic!(
+                    "{name}, output {out}: {e}\n{}",
+                    cuda_program_source(&program).source
+                );
+            }
+        }
+    }
+}
+
+/// The GEMM-free graphs of the plan corpus (chains, softmax, layer_norm, rms_norm …), fused
+/// and lowered: real row kernels with row caches and block reductions.
+#[test]
+fn plan_corpus_runs_on_the_host_like_the_reference() {
+    if Command::new("g++").arg("--version").output().is_err() {
+        println!("plan_corpus_runs_on_the_host_like_the_reference: skipped, no g++");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ran = 0;
+    for (name, graph) in cuda_corpus_graphs::graphs() {
+        let program = cuda_corpus_graphs::lowered(name, &graph, true);
+        let bindings = inputs_of(&program, &[]);
+        let want = eval_program(&program, &bindings).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let Some(got) = run_on_host(&program, &bindings, &dir) else {
+            continue;
+        };
+        ran += 1;
+        for (out, t) in &want {
+            if let Err(e) = close(t.data(), &got[out]) {
+                panic!(
+                    "{name}, output {out}: {e}\n{}",
+                    cuda_program_source(&program).source
+                );
+            }
+        }
+    }
+    assert!(ran >= 5, "only {ran} corpus graphs ran");
+}
