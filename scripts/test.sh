@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export INSTA_UPDATE="${INSTA_UPDATE:-no}"
+# Random graphs run fused and unfused on the CPU against the reference interpreter.
+export SMELT_FUZZ_CASES="${SMELT_FUZZ_CASES:-1000}"
 if [ "${SMELT_SKIP_CUDA_TOOLS:-0}" != 1 ]; then
   ./scripts/install-cuda-tools.sh
   export SMELT_REQUIRE_NVRTC=1

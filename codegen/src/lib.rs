@@ -1,6 +1,11 @@
-//! Code generation from kernel IR: CUDA C for NVRTC and LLVM IR for NVPTX and the host.
+//! Code generation from the kernel IR (`smelt_passes::kernel`).
 //!
-//! Not built yet (issues 4 and 5).
+//! - [`llvm`]: the host JIT (inkwell/LLVM 14, feature `llvm`) and [`llvm::kernel`], which turns
+//!   kernels into LLVM functions in the CPU calling convention of `smelt_runtime::cpu`.
+//! - [`cuda`]: CUDA C for NVRTC, one translation unit per program, with launch configurations.
+//!
+//! Both are pure functions of the kernel IR: same kernel, same text (a cache key). The LLVM
+//! NVPTX path (issue 5) is not built yet.
 
 pub mod cuda;
 pub mod llvm;

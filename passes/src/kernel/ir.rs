@@ -6,9 +6,9 @@
 //!
 //! # A kernel
 //!
-//! A kernel runs a parallel loop nest over its **outer** dims (the launch domain: chunks of the
-//! outermost dim on CPU threads, blocks/threads on a GPU). Inside one outer index it runs its
-//! [`Stage`]s in order. Each stage loops sequentially over its own **inner** dims (row-major) and
+//! A kernel runs a parallel loop nest over its **outer** dims (the launch domain: chunks of
+//! the flattened outer index space on CPU threads, blocks/threads on a GPU). Inside one outer
+//! index it runs its [`Stage`]s in order. Each stage loops sequentially over its own **inner** dims (row-major) and
 //! evaluates a scalar SSA body ([`Inst`]s); a stage either
 //! - **reduces** one body value over the inner loop with a [`Combiner`] into an accumulator of
 //!   `acc` dtype; the result is a value visible to every later stage (loop-invariant there), or
@@ -179,8 +179,9 @@ pub struct Store {
 /// What a stage does with its body.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StageEffect {
-    /// Combine `value` over the inner loop; `result` (of type `acc`, or i64 for arg
-    /// reductions) is defined after the loop. The accumulator starts at the combiner's
+    /// Combine `value` (which already has dtype `acc`; for arg reductions `acc` is the
+    /// value's dtype) over the inner loop; `result` (of type `acc`, or i64 for arg reductions)
+    /// is defined after the loop. The accumulator starts at the combiner's
     /// identity (0, 1, -inf, +inf; the first element for arg reductions).
     Reduce {
         value: ValueId,

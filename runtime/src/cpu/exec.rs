@@ -554,18 +554,24 @@ fn jit(program: &Program, kernels: &[&Kernel], options: &JitOptions) -> Result<V
     if kernels.is_empty() {
         return Ok(Vec::new());
     }
-    let compiled =
-        smelt_codegen::llvm::kernel::compile_program_kernels(kernels, &program.buffers, options)?;
-    let module = Arc::new(compiled.module);
-    compiled
-        .entries
-        .iter()
-        .map(|name| {
-            // SAFETY: the kernel code generator defines every entry as `void (i8**, i64, i64)`
-            // in the calling convention of `super`.
-            unsafe { CpuKernel::new(module.clone(), name) }
-        })
-        .collect()
+    let target = smelt_codegen::llvm::host_target()?.cache_key();
+    super::jit_cache::cached(program, kernels, options, &target, || {
+        let compiled = smelt_codegen::llvm::kernel::compile_program_kernels(
+            kernels,
+            &program.buffers,
+            options,
+        )?;
+        let module = Arc::new(compiled.module);
+        compiled
+            .entries
+            .iter()
+            .map(|name| {
+                // SAFETY: the kernel code generator defines every entry as
+                // `void (i8**, i64, i64)` in the calling convention of `super`.
+                unsafe { CpuKernel::new(module.clone(), name) }
+            })
+            .collect()
+    })
 }
 
 #[cfg(not(feature = "llvm"))]

@@ -53,6 +53,7 @@
 mod error;
 pub mod exec;
 mod gemm;
+mod jit_cache;
 mod kernel;
 pub mod memory;
 mod pool;
@@ -60,6 +61,7 @@ mod pool;
 pub use self::gemm::{matmul_host, Element, MatmulOperand, MatmulPlan};
 pub use error::{CpuError, Result};
 pub use exec::{CpuOptions, CpuProgram};
+pub use jit_cache::jit_compilations;
 pub use kernel::CpuKernel;
 pub use memory::{plan_memory, MemoryPlan};
 pub use pool::{CpuPool, CHUNKS_PER_THREAD};
