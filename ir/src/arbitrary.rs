@@ -21,7 +21,7 @@
 
 mod build;
 mod ops;
-mod rng;
+pub mod rng;
 
 use crate::dtype::DType;
 use crate::graph::{Graph, TensorType};

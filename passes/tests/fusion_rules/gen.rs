@@ -3,6 +3,7 @@
 //! must refuse), from a small deterministic generator seeded by proptest.
 
 use half::{bf16, f16};
+use smelt_ir::arbitrary::rng::Rng;
 use smelt_ir::{
     BinaryOp, DType, Graph, HostTensor, NodeId, ReduceOp, SliceRange, TensorData, UnaryOp,
 };
@@ -28,42 +29,30 @@ const SPECIAL: &[f64] = &[
 
 const FLOATS: &[DType] = &[DType::F32, DType::F32, DType::F16, DType::BF16, DType::F64];
 
-/// SplitMix64 plus graph-building helpers. Every helper returns a node that type-checks.
+/// `smelt_ir`'s SplitMix64 plus graph-building helpers. Every helper returns a node that type-checks.
 pub struct Gen {
-    state: u64,
+    rng: Rng,
     names: usize,
 }
 
 impl Gen {
     pub fn new(seed: u64) -> Gen {
         Gen {
-            state: seed,
+            rng: Rng::new(seed),
             names: 0,
         }
     }
 
-    fn next(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
+        self.rng.below(n)
     }
 
     pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.rng.chance(percent)
     }
 
     pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len())]
+        self.rng.pick(xs)
     }
 
     pub fn float(&mut self) -> DType {

@@ -3,6 +3,7 @@
 //! special values).
 
 use half::{bf16, f16};
+use smelt_ir::arbitrary::rng::Rng;
 use smelt_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, ReduceOp, TensorData, UnaryOp};
 
 pub const NUMERIC: &[DType] = &[
@@ -37,9 +38,9 @@ pub const SPECIAL: &[f64] = &[
     -9.223372036854776e18,
 ];
 
-/// SplitMix64 plus graph helpers.
+/// `smelt_ir`'s SplitMix64 plus graph helpers.
 pub struct Gen {
-    state: u64,
+    rng: Rng,
     names: usize,
     /// Finite operands only (fast-math rules): constants in `[-8, -1/8] ∪ [1/8, 8]`.
     pub finite: bool,
@@ -48,34 +49,26 @@ pub struct Gen {
 impl Gen {
     pub fn new(seed: u64, finite: bool) -> Gen {
         Gen {
-            state: seed,
+            rng: Rng::new(seed),
             names: 0,
             finite,
         }
     }
 
     pub fn next(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.rng.next_u64()
     }
 
     pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
+        self.rng.below(n)
     }
 
     pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.rng.chance(percent)
     }
 
     pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len())]
+        self.rng.pick(xs)
     }
 
     /// Rank 0–3, dims mostly 1–3, rarely 0.
