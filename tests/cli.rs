@@ -82,6 +82,31 @@ fn run_reads_and_writes_safetensors() {
     let y = &smelt::io::load_safetensors(&outp).unwrap()["y"];
     // x·w by hand: rows [1+3, 2+3] and [-1-3, -2-3], then relu.
     assert_eq!(y.to_f32_vec(), vec![4.0, 5.0, 0.0, 0.0]);
+
+    // The fused CPU backend, fused and unfused, gives the same (exact: small integers).
+    for extra in [&[][..], &["--no-fuse"][..]] {
+        let mut args = vec![
+            "run",
+            &file,
+            "--inputs",
+            inp.to_str().unwrap(),
+            "--out",
+            outp.to_str().unwrap(),
+            "--device",
+            "cpu",
+        ];
+        args.extend_from_slice(extra);
+        let out = smelt(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains("on cpu"),
+            "{}",
+            text(&out.stdout)
+        );
+        let y = &smelt::io::load_safetensors(&outp).unwrap()["y"];
+        assert_eq!(y.shape().dims(), &[2, 2]);
+        assert_eq!(y.to_f32_vec(), vec![4.0, 5.0, 0.0, 0.0], "{extra:?}");
+    }
 }
 
 #[test]

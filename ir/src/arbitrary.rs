@@ -7,7 +7,7 @@
 //! - gather / index_select indices are constants, always in range;
 //! - integer `floor_div` / `remainder` divide by nonzero constants other than -1 (no division
 //!   by zero, no `MIN / -1` overflow), integer `pow` raises to constant exponents in `0..=3`;
-//! - every value has at most [`GenConfig::max_numel`] elements, ranks are 0–4.
+//! - every value has at most [`GenConfig::max_numel`] elements, ranks are 0–6.
 //!
 //! What a graph may still contain (and a backend must match the interpreter on): integer
 //! overflow (wrapping), NaN, ±inf, ±0 and subnormal constants including NaNs with payloads,

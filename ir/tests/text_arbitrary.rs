@@ -86,7 +86,7 @@ fn budgets_hold_and_ranks_stay_small() {
             );
         }
         for n in g.nodes() {
-            assert!(n.ty.shape.rank() <= 4, "{}", n.ty);
+            assert!(n.ty.shape.rank() <= 6, "{}", n.ty);
             assert!(n.ty.shape.numel() <= 64, "{}", n.ty);
             if let Op::Cast { input, to } = &n.op {
                 assert!(

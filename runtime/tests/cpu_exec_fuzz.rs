@@ -25,8 +25,10 @@
 mod cpu_exec_support;
 
 use cpu_exec_support::check_close_with;
+use proptest::strategy::Just;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, GenConfig};
 use smelt_ir::interp::eval;
 use smelt_ir::{DType, Graph, HostTensor, NodeId, Op};
 use smelt_passes::kernel::{eval_program, lower, Step};
@@ -167,7 +169,18 @@ fn random_graphs_match_the_interpreter_fused_and_unfused() {
         Config::default(),
         TestRng::deterministic_rng(RngAlgorithm::ChaCha),
     );
-    let strategy = smelt_ir::arbitrary::arb_graph_with_bindings(20);
+    // No float→int casts: a one-ulp accumulation difference before one (inevitable between
+    // f32 kernels and the f64 interpreter) becomes a different integer, which no tolerance
+    // can absorb. Casts of exactly computed values are covered by the exact tests.
+    let cfg = GenConfig {
+        max_nodes: 20,
+        float_to_int_casts: false,
+        ..GenConfig::default()
+    };
+    let strategy = arb_graph_with(cfg).prop_flat_map(|g| {
+        let bindings = arb_bindings(&g);
+        (Just(g), bindings)
+    });
     let (mut ran, mut skipped) = (0, 0);
     let mut failures = Vec::new();
     for case in 0..cases() {

@@ -12,6 +12,9 @@ use crate::tensor::{HostTensor, TensorData};
 use half::{bf16, f16};
 use std::collections::HashSet;
 
+/// The highest rank a generated value has.
+pub(super) const MAX_RANK: usize = 6;
+
 /// Names that exercise the printer's quoting and naming rules.
 const ODD_NAMES: [&str; 8] = ["in put", "0", "a\"b\\c", "é", "x.1", "", "tab\there", "%y"];
 
@@ -125,7 +128,7 @@ impl Builder<'_> {
     /// Infers first, so an ill-typed op or one over the element budget leaves no trace.
     pub(super) fn try_push(&mut self, op: Op) -> Option<NodeId> {
         let ty = infer(&op, |o| self.g.ty(o)).ok()?;
-        if ty.shape.numel() > self.cfg.max_numel || ty.shape.rank() > 4 {
+        if ty.shape.numel() > self.cfg.max_numel || ty.shape.rank() > MAX_RANK {
             return None;
         }
         self.g.push(op).ok()
@@ -153,9 +156,9 @@ impl Builder<'_> {
         self.rng.pick(&[0, 1, 1, 1, 2, 2, 3, 3, 4, 5, 7, 2, 3, 1])
     }
 
-    /// A random shape of rank 0–4 within the element budget.
+    /// A random shape of rank 0–6 within the element budget.
     pub(super) fn shape(&mut self) -> Vec<usize> {
-        let rank = self.rng.pick(&[0, 1, 1, 2, 2, 2, 3, 3, 4]);
+        let rank = self.rng.pick(&[0, 1, 1, 2, 2, 2, 3, 3, 4, 5, 6]);
         let dims = (0..rank).map(|_| self.dim()).collect();
         self.capped(dims)
     }

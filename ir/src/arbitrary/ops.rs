@@ -1,7 +1,7 @@
 //! One method per op kind: each picks operands, builds attributes that fit their types, and
 //! reports whether the op was added (the caller falls back to a cast if not).
 
-use super::build::Builder;
+use super::build::{Builder, MAX_RANK};
 use crate::dtype::{DType, Scalar};
 use crate::graph::NodeId;
 use crate::op::{BinaryOp, Op, ReduceOp, SliceRange, UnaryOp};
@@ -134,16 +134,16 @@ impl Builder<'_> {
         };
         let n = self.ty(a).shape.numel();
         let dims = if n == 0 {
-            let rank = 1 + self.rng.below(4);
+            let rank = 1 + self.rng.below(MAX_RANK);
             let mut d: Vec<usize> = (0..rank).map(|_| self.dim()).collect();
             let zero = self.rng.below(rank);
             d[zero] = 0;
             d
         } else {
             let rank = if n == 1 {
-                self.rng.below(4)
+                self.rng.below(MAX_RANK + 1)
             } else {
-                1 + self.rng.below(4)
+                1 + self.rng.below(MAX_RANK)
             };
             let mut d = vec![1; rank];
             let (mut m, mut p) = (n, 2);
@@ -175,7 +175,7 @@ impl Builder<'_> {
     }
 
     pub(super) fn expand(&mut self) -> bool {
-        let Some(a) = self.pick(|t| t.shape.rank() < 4) else {
+        let Some(a) = self.pick(|t| t.shape.rank() < MAX_RANK) else {
             return false;
         };
         let mut dims: Vec<usize> = self
