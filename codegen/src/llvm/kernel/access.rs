@@ -130,17 +130,23 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         }
     }
 
-    /// Sets the status word when `ok` is false.
-    pub(crate) fn flag_unless(&mut self, ok: IntValue<'ctx>) -> Result<()> {
-        let (bad_b, cont) = (self.block("oob"), self.block("inb"));
-        self.b.build_conditional_branch(ok, cont, bad_b)?;
-        self.b.position_at_end(bad_b);
+    /// Sets the status word (atomically: chunks run concurrently).
+    fn set_status(&mut self) -> Result<()> {
         self.b.build_atomicrmw(
             AtomicRMWBinOp::Or,
             self.status,
             self.ctx.i32_type().const_int(1, false),
             AtomicOrdering::Monotonic,
         )?;
+        Ok(())
+    }
+
+    /// Sets the status word when `ok` is false.
+    pub(crate) fn flag_unless(&mut self, ok: IntValue<'ctx>) -> Result<()> {
+        let (bad_b, cont) = (self.block("oob"), self.block("inb"));
+        self.b.build_conditional_branch(ok, cont, bad_b)?;
+        self.b.position_at_end(bad_b);
+        self.set_status()?;
         self.b.build_unconditional_branch(cont)?;
         self.b.position_at_end(cont);
         Ok(())
@@ -186,12 +192,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 self.b.build_store(p, raw)?;
                 self.b.build_unconditional_branch(cont)?;
                 self.b.position_at_end(no);
-                self.b.build_atomicrmw(
-                    AtomicRMWBinOp::Or,
-                    self.status,
-                    self.ctx.i32_type().const_int(1, false),
-                    AtomicOrdering::Monotonic,
-                )?;
+                self.set_status()?;
                 self.b.build_unconditional_branch(cont)?;
                 self.b.position_at_end(cont);
             }
