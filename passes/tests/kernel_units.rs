@@ -290,11 +290,11 @@ fn verifier_rejects_broken_programs() {
     assert!(verify_program(&p).is_err());
 }
 
-/// Regression (proptest): a row kernel whose epilogue permutes its keepdim row values so that
-/// an output row reads another row's reduction is split into a reduction kernel and an
-/// elementwise kernel.
+/// Regression (proptest): a permute that reorders keepdim row values (so that an output row
+/// would read another row's reduction) is not planned into the row kernel: the planner makes a
+/// reduction kernel and a copy kernel, and lowering keeps the plan's kernels one to one.
 #[test]
-fn permuted_row_values_split_the_row_kernel() {
+fn permuted_row_values_are_not_fused_into_the_row_kernel() {
     let mut g = Graph::new();
     let w = g.param("w0", DType::I32, [7, 7, 7, 1]).unwrap();
     let m = g.reduce(ReduceOp::Max, w, &[1, 3], true).unwrap();
@@ -306,11 +306,32 @@ fn permuted_row_values_split_the_row_kernel() {
         "w0".to_string(),
         HostTensor::new([7, 7, 7, 1], TensorData::I32(data)).unwrap(),
     )]);
-    let p = check_against_interp(&g, &b);
-    let _ = p;
+    check_against_interp(&g, &b);
+    let o = optimize(&g, &PassOptions::default()).expect("optimize");
+    assert_eq!(o.plan.kernels.len(), 2, "{}", o.plan);
     let fused = program(&g, true);
     let names: Vec<&str> = kernels(&fused).map(|k| k.name.as_str()).collect();
-    assert_eq!(names, ["k0_reduction_max", "k0_copy_permute"], "{fused}");
+    assert_eq!(names, ["k0_reduction_max", "k1_copy_permute"], "{fused}");
+}
+
+/// A permute that only swaps size-1 axes of row values keeps every row in place, so the
+/// planner (run without the simplifier, which would turn it into a reshape) keeps it in the row
+/// kernel, and the kernel is right.
+#[test]
+fn permuting_unit_axes_of_row_values_stays_in_the_row_kernel() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [3, 1, 4, 5]).unwrap();
+    let m = g.reduce(ReduceOp::Sum, x, &[3], true).unwrap();
+    let p = g.permute(m, &[0, 3, 2, 1]).unwrap();
+    let e = g.unary(UnaryOp::Exp, p).unwrap();
+    g.set_output("y", e).unwrap();
+    let (plan, _) = smelt_passes::fusion::plan(&g, &PassOptions::default()).expect("plan");
+    assert_eq!(plan.kernels.len(), 1, "{plan}");
+    let p = lower(&g, &plan).expect("lower");
+    let b = HashMap::from([("x".to_string(), f32s(&[3, 1, 4, 5]))]);
+    let want = smelt_ir::interp::eval(&g, &b).expect("interp");
+    let got = eval_program(&p, &b).unwrap_or_else(|e| panic!("{e}\n{p}"));
+    compare(&want, &got, elementwise_tol).unwrap_or_else(|e| panic!("{e}\n{p}"));
 }
 
 /// Regression (proptest): a slice between row values over a zero-size dim is not a read of
@@ -343,4 +364,36 @@ fn slice_of_row_values_over_an_empty_dim_lowers() {
         HostTensor::new([2, 0, 4], TensorData::F16(Vec::new())).unwrap(),
     )]);
     check_against_interp(&g, &b);
+}
+
+/// The cost model counts a buffer read only through slices by the elements the slices select
+/// (two column blocks of a fused QKV projection: the merged kernel reads two thirds of it),
+/// and a buffer also read whole at its stored size.
+#[test]
+fn a_sliced_input_costs_the_elements_it_selects() {
+    let range = |start, stop| SliceRange {
+        start,
+        stop,
+        step: 1,
+    };
+    let mut g = Graph::new();
+    let qkv = g.input("qkv", DType::F32, [64, 96]).unwrap();
+    for (i, name) in ["q", "k"].into_iter().enumerate() {
+        let s = g
+            .slice(qkv, &[range(0, 64), range(32 * i, 32 * (i + 1))])
+            .unwrap();
+        let e = g.unary(UnaryOp::Exp, s).unwrap();
+        g.set_output(name, e).unwrap();
+    }
+    let whole = g.unary(UnaryOp::Neg, qkv).unwrap();
+    g.set_output("whole", whole).unwrap();
+    let o = optimize(&g, &PassOptions::default()).expect("optimize");
+    let third = 64 * 32 * 4;
+    let reads: Vec<(usize, u64)> = o
+        .plan
+        .kernels
+        .iter()
+        .map(|k| (k.outputs.len(), k.bytes_read))
+        .collect();
+    assert_eq!(reads, [(2, 2 * third), (1, 3 * third)], "{}", o.plan);
 }

@@ -15,7 +15,9 @@
 //!   `S` over the same axes `A`, an elementwise prologue at shape `S`, row-level ops at the
 //!   reduced shape, and an epilogue at shape `S` that reads row-level values with `keepdim`
 //!   broadcasting (softmax, layer_norm, rms_norm). Views between ops of the body are only
-//!   allowed between the two reduced shapes (`keepdim` or not); views of inputs are loads.
+//!   allowed between the two reduced shapes (`keepdim` or not), and only when they leave every
+//!   row's value at its own row (a reshape, a permute of size-1 axes): a permute that reorders
+//!   rows would make a row read another row's reduction. Views of inputs are loads.
 //! - **matmul**: a library GEMM whose operands may be read through one permute that swaps the
 //!   last two axes (a transpose flag) on top of reshapes of the stored buffer (metadata only).
 //! - **concat / pad / gather**: one such op, its operands read through views.
@@ -186,19 +188,23 @@ impl Ctx {
     }
 
     /// Bytes the kernel computing `nodes` (sorted) reads from its input buffer `input`: its
-    /// stored size ([`Ctx::read_bytes`]), except for a table only ever read by gathers
-    /// (`gather` / `index_select`, directly or through views): those read one table element
-    /// per element they output, so the table counts that many elements, at most its size.
+    /// stored size ([`Ctx::read_bytes`]), except where every read of it in the body goes through
+    /// views to a slice, a gather or the root: a slice reads only the elements it selects, a
+    /// table read by `gather` / `index_select` one element per element they output, and a view
+    /// that is the root (a copy) one element per element it writes. Those parts are summed,
+    /// at most the stored size.
     pub fn input_read_bytes(&self, nodes: &[NodeId], input: NodeId) -> u64 {
         let full = self.read_bytes(input);
-        if !nodes.iter().any(|&n| self.cat(n) == Cat::Gather) {
+        let partial = |n: &NodeId| {
+            self.cat(*n) == Cat::Gather || matches!(self.graph.node(*n).op, Op::Slice { .. })
+        };
+        if !nodes.iter().any(partial) {
             return full;
         }
         let in_body = |n: NodeId| nodes.binary_search(&n).is_ok();
-        // The buffer and the views of it computed in the body; each must be read by the body
-        // (a view nobody in the body reads is materialised: a full copy).
+        // The buffer and the views of it computed in the body.
         let mut reached = vec![input];
-        let mut gathered = 0u64;
+        let mut part = 0u64;
         let mut i = 0;
         while i < reached.len() {
             let v = reached[i];
@@ -209,10 +215,16 @@ impl Ctx {
                 .filter(|&u| in_body(u))
                 .collect();
             if users.is_empty() {
-                return full;
+                if v == input {
+                    return full;
+                }
+                // The root, a view of the input: a copy reading one element per element.
+                part += self.write_bytes(v);
+                continue;
             }
             for u in users {
                 match &self.graph.node(u).op {
+                    Op::Slice { .. } => part += self.write_bytes(u),
                     _ if self.cat(u) == Cat::View => {
                         if !reached.contains(&u) {
                             reached.push(u);
@@ -224,13 +236,13 @@ impl Ctx {
                     | Op::IndexSelect {
                         input: t, index, ..
                     } if *t == v && *index != v => {
-                        gathered += self.write_bytes(u);
+                        part += self.write_bytes(u);
                     }
                     _ => return full,
                 }
             }
         }
-        gathered.min(full)
+        part.min(full)
     }
 
     /// Bytes a kernel writes to materialise `n` (contiguous, in its own shape).
@@ -287,14 +299,10 @@ impl Body {
             }
             dup_free &= !shared;
         }
-        let read = if kind == KernelKind::Gather {
-            inputs
-                .iter()
-                .map(|&i| ctx.input_read_bytes(&nodes, i))
-                .sum()
-        } else {
-            inputs.iter().map(|&i| ctx.read_bytes(i)).sum()
-        };
+        let read = inputs
+            .iter()
+            .map(|&i| ctx.input_read_bytes(&nodes, i))
+            .sum();
         Some(Body {
             nodes,
             kind,
@@ -304,8 +312,8 @@ impl Body {
         })
     }
 
-    /// Modelled bytes read: each distinct input buffer once, in its stored size, but a
-    /// gathered table only in the elements gathered ([`Ctx::input_read_bytes`]).
+    /// Modelled bytes read: each distinct input buffer once, in its stored size, but a sliced
+    /// or gathered buffer only in the elements read ([`Ctx::input_read_bytes`]).
     pub fn bytes_read(&self) -> u64 {
         self.read
     }
@@ -407,6 +415,23 @@ fn gemm_operands_ok(ctx: &Ctx, nodes: &[NodeId]) -> bool {
     gemm_flags(ctx, nodes).is_some()
 }
 
+/// Whether view `n`, between two row-level values, leaves every row's value at its own row:
+/// a reshape (between row shapes it only inserts or drops size-1 axes), a permute that keeps the
+/// order of the axes longer than 1, or an expand or slice that changes nothing. A permute that
+/// reorders rows would make a row of the kernel read another row's reduction.
+fn keeps_rows(ctx: &Ctx, n: NodeId) -> bool {
+    let node = ctx.graph.node(n);
+    match &node.op {
+        Op::Reshape { .. } => true,
+        Op::Permute { input, perm } => {
+            let dims = ctx.shape(*input).dims();
+            let moved: Vec<usize> = perm.iter().copied().filter(|&a| dims[a] > 1).collect();
+            moved.windows(2).all(|w| w[0] < w[1])
+        }
+        _ => ctx.shape(n) == ctx.shape(ctx.operands(n)[0]),
+    }
+}
+
 /// The row-kernel rules of the module docs.
 fn row_kernel_ok(ctx: &Ctx, nodes: &[NodeId]) -> bool {
     let mut row: Option<(Shape, Vec<usize>)> = None;
@@ -447,7 +472,7 @@ fn row_kernel_ok(ctx: &Ctx, nodes: &[NodeId]) -> bool {
             Cat::View => {
                 if !view_of_input(ctx, nodes, n) {
                     let o = ctx.operands(n)[0];
-                    if !(is_row(sh) && is_row(ctx.shape(o))) {
+                    if !(is_row(sh) && is_row(ctx.shape(o)) && keeps_rows(ctx, n)) {
                         return false;
                     }
                 }

@@ -23,9 +23,10 @@
 //!
 //! **Cost model** (bytes-equivalent): per kernel, each distinct input buffer once in its stored
 //! size (a broadcast input counts what is stored; a 0-d constant is an immediate and costs nothing;
-//! a sliced input counts its whole buffer; a table read only by `gather` / `index_select` counts
-//! the elements gathered, one per element they output, at most its size: BERT's word embedding
-//! counts the 128 rows a sequence reads, not 94 MB), plus the bytes of every value it materialises,
+//! an input read only through slices counts the elements the slices select; a table read only by
+//! `gather` / `index_select` counts the elements gathered, one per element they output; each at
+//! most the stored size: BERT's word embedding counts the 128 rows a sequence reads, not 94 MB),
+//! plus the bytes of every value it materialises,
 //! plus [`LAUNCH_COST_BYTES`] per launch. Inputs, parameters and constants are in memory already.
 //! **Extraction** (`extract.rs`) is DAG-aware greedy over the acyclic e-graph: a value read by
 //! several kernels is paid for once where it is materialised, so recompute-vs-materialise is a cost

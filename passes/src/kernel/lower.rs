@@ -102,7 +102,9 @@ pub fn lower_with(
                 Err(Fail::Pass(e)) => return Err(e),
                 Err(Fail::OtherRow) => {
                     // A view between row values reads another row: materialise the
-                    // reductions in one kernel, the rest in a second one.
+                    // reductions in one kernel, the rest in a second one. The planner's
+                    // row-kernel rule (`keeps_rows`) keeps such views out of row kernels, so
+                    // this is a fallback for plans built otherwise; the kernel stays correct.
                     let (rows, rest) = split_row_kernel(graph, k);
                     let row_outs: Vec<BufferId> = rows
                         .outputs
