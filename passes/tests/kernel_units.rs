@@ -397,3 +397,26 @@ fn a_sliced_input_costs_the_elements_it_selects() {
         .collect();
     assert_eq!(reads, [(2, 2 * third), (1, 3 * third)], "{}", o.plan);
 }
+
+/// Extraction chooses a multi-output kernel that writes a value and two values computed from
+/// it (`a = exp(x)`, `a * 2`, `a + 1`, all outputs): one kernel reading `x` once, rather than
+/// materialising `a` first and reading it back. Merging already extracted kernels cannot find
+/// this (the readers of `a` depend on the kernel writing it); the multi-output e-nodes can.
+#[test]
+fn a_value_and_its_readers_become_one_multi_output_kernel() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [4, 8]).unwrap();
+    let a = g.unary(UnaryOp::Exp, x).unwrap();
+    let two = g.scalar(Scalar::Float(2.0), DType::F32).unwrap();
+    let one = g.scalar(Scalar::Float(1.0), DType::F32).unwrap();
+    let b = g.binary(BinaryOp::Mul, a, two).unwrap();
+    let c = g.binary(BinaryOp::Add, a, one).unwrap();
+    g.set_output("a", a).unwrap();
+    g.set_output("b", b).unwrap();
+    g.set_output("c", c).unwrap();
+    let o = optimize(&g, &PassOptions::default()).expect("optimize");
+    assert_eq!(o.plan.kernels.len(), 1, "{}", o.plan);
+    assert_eq!(o.plan.kernels[0].outputs.len(), 3, "{}", o.plan);
+    let bindings = HashMap::from([("x".to_string(), f32s(&[4, 8]))]);
+    check_against_interp(&g, &bindings);
+}

@@ -39,13 +39,13 @@ const MAX_DAG_OPS: usize = 16_384;
 
 /// Extracts a selection from per-value candidate bodies (`candidates[n]`, for live non-leaf
 /// values; every live non-leaf value has at least its single-op body), keeping the cheapest
-/// of the greedy-DAG result and `seeds`.
+/// of the greedy-DAG result and `seeds`. Also returns the bottom-up choice of every value.
 pub(crate) fn extract(
     ctx: &Ctx,
     table: &BodyTable,
     candidates: &[Vec<BodyId>],
     seeds: &[Selection],
-) -> Selection {
+) -> (Selection, Vec<Option<BodyId>>) {
     let n = ctx.graph.len();
     // Dense index of every live op; its cost set is a bitset over those indices.
     let mut dense = vec![usize::MAX; n];
@@ -117,7 +117,7 @@ pub(crate) fn extract(
             }
         }
     }
-    result.unwrap_or_default()
+    (result.unwrap_or_default(), best)
 }
 
 /// Indices of the set bits.

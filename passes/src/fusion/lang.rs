@@ -2,10 +2,13 @@
 //!
 //! E-classes are the graph's values (one class per node; nothing else is ever unioned into
 //! a class but kernels computing that value). An e-node is a graph leaf, a single primitive
-//! op (a kernel of one op), or a fused kernel: a [`BodyId`] into the side table held by the
-//! analysis plus the e-classes of the kernel's inputs.
+//! op (a kernel of one op), a fused kernel: a [`BodyId`] into the side table held by the
+//! analysis plus the e-classes of the kernel's inputs, or one output of a multi-output kernel:
+//! a [`MultiId`] into the same table, the output's position, and the kernel's input classes.
+//! A multi-output kernel has one such e-node in the class of each value it writes.
 
 use super::kernel::{Body, Ctx};
+use super::multi::Multi;
 use egg::{Analysis, DidMerge, EGraph, Id, Language};
 use smelt_ir::NodeId;
 use std::collections::{HashMap, HashSet};
@@ -25,7 +28,13 @@ pub(crate) enum FuseLang {
     Op(NodeId, Vec<Id>),
     /// A fused kernel; children are its input buffers' classes (sorted by node id).
     Kernel(BodyId, Vec<Id>),
+    /// Output `.1` of a multi-output kernel; children are its input buffers' classes.
+    Multi(MultiId, usize, Vec<Id>),
 }
+
+/// Handle of an interned multi-output kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct MultiId(pub u32);
 
 impl Language for FuseLang {
     type Discriminant = std::mem::Discriminant<FuseLang>;
@@ -39,6 +48,9 @@ impl Language for FuseLang {
             (FuseLang::Leaf(a), FuseLang::Leaf(b)) => a == b,
             (FuseLang::Op(a, x), FuseLang::Op(b, y)) => a == b && x.len() == y.len(),
             (FuseLang::Kernel(a, x), FuseLang::Kernel(b, y)) => a == b && x.len() == y.len(),
+            (FuseLang::Multi(a, i, x), FuseLang::Multi(b, j, y)) => {
+                a == b && i == j && x.len() == y.len()
+            }
             _ => false,
         }
     }
@@ -46,14 +58,14 @@ impl Language for FuseLang {
     fn children(&self) -> &[Id] {
         match self {
             FuseLang::Leaf(_) => &[],
-            FuseLang::Op(_, c) | FuseLang::Kernel(_, c) => c,
+            FuseLang::Op(_, c) | FuseLang::Kernel(_, c) | FuseLang::Multi(_, _, c) => c,
         }
     }
 
     fn children_mut(&mut self) -> &mut [Id] {
         match self {
             FuseLang::Leaf(_) => &mut [],
-            FuseLang::Op(_, c) | FuseLang::Kernel(_, c) => c,
+            FuseLang::Op(_, c) | FuseLang::Kernel(_, c) | FuseLang::Multi(_, _, c) => c,
         }
     }
 }
@@ -64,6 +76,7 @@ impl fmt::Display for FuseLang {
             FuseLang::Leaf(n) => write!(f, "leaf{n}"),
             FuseLang::Op(n, _) => write!(f, "op{n}"),
             FuseLang::Kernel(b, _) => write!(f, "kernel{}", b.0),
+            FuseLang::Multi(m, i, _) => write!(f, "multi{}.{i}", m.0),
         }
     }
 }
@@ -85,6 +98,12 @@ pub(crate) struct BodyTable {
     tick: u64,
     /// The grown bodies of each class, as of the `changed_at` stamp they were computed at.
     frontiers: Vec<Option<(u64, Vec<BodyId>)>>,
+    /// Interned multi-output kernels.
+    multis: Vec<Multi>,
+    multi_index: HashMap<Vec<BodyId>, Option<MultiId>>,
+    /// Multi-output kernels present as e-nodes, in the order they were added.
+    present_multis: Vec<MultiId>,
+    multi_present: HashSet<MultiId>,
 }
 
 impl BodyTable {
@@ -162,6 +181,40 @@ impl BodyTable {
         &self.bodies[b.0 as usize]
     }
 
+    /// Interns the multi-output kernel made of `parts` (see [`super::multi::build`]), or `None`
+    /// if they do not make one.
+    pub fn intern_multi(&mut self, ctx: &Ctx, mut parts: Vec<BodyId>) -> Option<MultiId> {
+        parts.sort_unstable();
+        parts.dedup();
+        if let Some(&m) = self.multi_index.get(&parts) {
+            return m;
+        }
+        let id = super::multi::build(ctx, self, &parts).map(|multi| {
+            self.multis.push(multi);
+            MultiId(self.multis.len() as u32 - 1)
+        });
+        self.multi_index.insert(parts, id);
+        id
+    }
+
+    pub fn multi(&self, m: MultiId) -> &Multi {
+        &self.multis[m.0 as usize]
+    }
+
+    /// Records that `m` has e-nodes in its outputs' classes; `false` if it already had.
+    pub fn add_multi(&mut self, m: MultiId) -> bool {
+        if !self.multi_present.insert(m) {
+            return false;
+        }
+        self.present_multis.push(m);
+        true
+    }
+
+    /// Multi-output kernels present as e-nodes, in the order they were added.
+    pub fn present_multis(&self) -> &[MultiId] {
+        &self.present_multis
+    }
+
     /// Interns the body of `nodes` (sorted, unique), or `None` if it is not a legal kernel.
     pub fn intern(&mut self, ctx: &Ctx, nodes: Vec<NodeId>) -> Option<BodyId> {
         if let Some(&b) = self.index.get(&nodes) {
@@ -221,6 +274,7 @@ impl Analysis<FuseLang> for FuseAnalysis {
         match enode {
             FuseLang::Leaf(n) | FuseLang::Op(n, _) => *n,
             FuseLang::Kernel(b, _) => egraph.analysis.table().body(*b).root(),
+            FuseLang::Multi(m, i, _) => egraph.analysis.table().multi(*m).proto.outputs[*i],
         }
     }
 

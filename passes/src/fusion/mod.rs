@@ -14,6 +14,7 @@
 //! | `reduction-epilogue` | a row kernel into its elementwise consumer (reading the row again) |
 //! | `row-reductions` | row kernels over the same shape and axes (layer_norm's mean and variance) |
 //! | `store-in-consumer-layout` | a producer into the copy that stores its value permuted |
+//! | `multi-output-siblings` | sibling elementwise kernels sharing an input into one multi-output kernel (`multi.rs`) |
 //!
 //! Saturation is bounded by [`PassOptions::node_limit`] and [`PassOptions::iter_limit`] (egg's
 //! time limit is set to [`Duration::MAX`], so the wall clock never decides), scheduled by egg's
@@ -33,30 +34,18 @@
 //! decision (only ops not computed from a reduction are ever recomputed). The greedy
 //! producer–consumer plan ([`greedy_baseline`]) and the unfused plan are added to the e-graph as
 //! kernel e-nodes before saturation and offered to the extractor as whole selections, so a plan
-//! never costs more than either. Sibling elementwise kernels over one index space that share an
-//! input are then merged into multi-output kernels (`siblings.rs`; named [`SIBLINGS_RULE`] in
-//! [`plan_with_rules`]).
+//! never costs more than either.
 //!
-//! **Why sibling merging runs after extraction.** An e-class is one value, so a kernel with
-//! two roots is not an e-node of either class; instead the merge runs on the extracted
-//! selection, and it only ever lowers the cost. Let kernels `A` and `B` be merged into `M`
-//! (both elementwise or copy, outputs over one shape, neither reading what the other
-//! materialises, sharing an input buffer `s` with `r(s) > 0`). Then
-//! 1. `outputs(M) = outputs(A) ⊎ outputs(B)`: a selection materialises each value once, so
-//!    writes are unchanged, and so is *which* values are materialised;
-//! 2. `inputs(M) ⊆ inputs(A) ∪ inputs(B)` (an input of one that the other computes inside
-//!    is no longer read), and `s` is read once: `read(M) ≤ read(A) + read(B) − r(s)`;
-//! 3. one launch instead of two.
-//!
-//! So `cost(M) ≤ cost(A) + cost(B) − LAUNCH_COST_BYTES − r(s)`, strictly lower (the code checks it
-//! anyway), and a sequence of merges strictly lowers the plan's cost: every bound extraction gives
-//! (no worse than the greedy baseline, which has no multi-output kernels, nor than the unfused
-//! plan) still holds, and so does validity (neither part transitively reads what the other
-//! materialises, so the merged kernel has a place after the producers of both). What extraction of
-//! multi-output e-nodes could do and this cannot: *change a materialisation decision because of a
-//! sibling* (materialise a value it would recompute, so that its kernel can share a launch and a
-//! read with a sibling). The most that can be missed per merge is the saving above (one launch plus
-//! one shared read), and only where recompute and materialise were within that of each other.
+//! **Multi-output kernels** are e-nodes too: a kernel writing several values has one e-node
+//! `Multi(m, i, inputs)` in the class of each value `i` it writes, added by the
+//! `multi-output-siblings` rule ([`SIBLINGS_RULE`]) for sibling elementwise bodies over one
+//! index space that share an input. Greedy bottom-up extraction costs each class alone and so
+//! cannot see a saving shared between classes; after it, an improvement pass tries every
+//! multi-output e-node against the extracted selection by exact cost (the selection re-derived
+//! top-down with that kernel chosen for all its values) and keeps each that lowers it. That
+//! includes changing a materialisation decision because of a sibling: `corpus::three_consumers`
+//! writes `h = x + y + z` from the kernel that also computes two of its readers. Every accepted
+//! step strictly lowers the exact cost, so the bounds above still hold. See `multi.rs`.
 //!
 //! **Growth policy** (what keeps the e-graph small: about two e-nodes per value on BERT): a
 //! rule grows only the bodies of a class that no other body contains (and the largest
@@ -86,18 +75,19 @@
 //! epilogue (its epilogue is the next kernel) and reads an operand through at most a transpose over
 //! reshapes of a contiguous buffer (a general strided batched GEMM operand is materialised
 //! instead); sibling GEMMs reading one input (Q, K, V projections) are not batched; reductions over
-//! different axes never share a kernel; multi-output kernels are elementwise only and are formed
-//! after extraction rather than as e-nodes (see above); the cost model ignores compute, cache reuse
-//! and the extra cost of strided (transposed) reads.
+//! different axes never share a kernel; multi-output kernels are elementwise only, and the
+//! improvement pass tries only those writing values the selection already materialises; the cost
+//! model ignores compute, cache reuse and the extra cost of strided (transposed) reads.
 
 mod baseline;
 mod eval;
 mod extract;
 mod kernel;
 mod lang;
+mod multi;
+mod order;
 mod plan;
 mod rules;
-mod siblings;
 
 pub use eval::{check_plan, eval_plan, PlanError};
 pub use extract::LAUNCH_COST_BYTES;
@@ -149,11 +139,11 @@ pub fn plan(
     Ok((plan, stage.report))
 }
 
-/// The name under which [`plan_with_rules`] accepts the post-extraction sibling merge
-/// (`siblings.rs`), which is not an e-graph rewrite.
+/// The name of the multi-output rule (`multi.rs`), which [`plan_with_rules`] accepts like the
+/// others; it also enables the improvement pass that extracts multi-output e-nodes.
 pub const SIBLINGS_RULE: &str = "multi-output-siblings";
 
-/// The names of every fusion rule (`rules.rs`, in application order), then [`SIBLINGS_RULE`].
+/// The names of every fusion rule (`rules.rs`, in application order), then [`SIBLINGS_RULE`] (`multi.rs`).
 pub fn rule_names() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = Rule::ALL.iter().map(|r| r.name()).collect();
     names.push(SIBLINGS_RULE);
@@ -163,7 +153,7 @@ pub fn rule_names() -> Vec<&'static str> {
 /// Plans fusion with only the named rules (see [`rule_names`]): the hook of the per-rule
 /// property tests. Unlike [`plan`], the e-graph is seeded with nothing but single-op kernels
 /// (neither the greedy baseline nor the unfused plan), so every fused kernel of the result
-/// was formed by a named rule, and the sibling merge runs only if [`SIBLINGS_RULE`] is named.
+/// was formed by a named rule, and multi-output kernels appear only if [`SIBLINGS_RULE`] is named.
 /// `opts.fuse` is ignored; the node and iteration limits apply. The plan's `unfused_*`
 /// fields are those of the unfused plan, as in [`plan`].
 pub fn plan_with_rules(
@@ -211,7 +201,7 @@ pub fn greedy_baseline(graph: &Graph) -> FusionPlan {
     let ctx = Ctx::new(graph);
     let mut table = BodyTable::new(graph.len());
     let sel = baseline::greedy_selection(&ctx, &mut table);
-    let protos = siblings::order(&ctx, protos_of(&ctx, &table, &sel));
+    let protos = order::order(&ctx, protos_of(&ctx, &table, &sel));
     let opts = PassOptions {
         fuse: false,
         ..PassOptions::default()
@@ -246,7 +236,7 @@ struct Setup<'a> {
     greedy: bool,
     /// Kernel bodies of a whole plan offered to the extractor (empty: none).
     seed: &'a [Vec<NodeId>],
-    /// Merge sibling kernels after extraction.
+    /// Apply the multi-output rule and extract multi-output e-nodes.
     siblings: bool,
     /// For the log.
     label: &'static str,
@@ -342,7 +332,11 @@ fn run(ctx: &Arc<Ctx>, opts: &PassOptions, setup: &Setup<'_>) -> Stage {
         }
     }
     runner.egraph.rebuild();
-    let runner = runner.run(&rules::rewrites(setup.rules));
+    let mut rewrites = rules::rewrites(setup.rules);
+    if setup.siblings {
+        rewrites.push(multi::rewrite());
+    }
+    let runner = runner.run(&rewrites);
     let report = report(&runner);
     log::info!("fusion ({}): {report}", setup.label);
 
@@ -355,12 +349,11 @@ fn run(ctx: &Arc<Ctx>, opts: &PassOptions, setup: &Setup<'_>) -> Stage {
         bodies.sort_unstable();
         candidates[id.index()] = bodies;
     }
-    let sel = extract::extract(ctx, &table, &candidates, &seeds);
-    let protos = protos_of(ctx, &table, &sel);
+    let (sel, best) = extract::extract(ctx, &table, &candidates, &seeds);
     let protos = if setup.siblings {
-        siblings::merge_siblings(ctx, protos)
+        order::order(ctx, multi::improve(ctx, &table, &sel, &best))
     } else {
-        siblings::order(ctx, protos)
+        order::order(ctx, protos_of(ctx, &table, &sel))
     };
     Stage { protos, report }
 }
