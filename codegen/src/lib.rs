@@ -5,7 +5,8 @@
 //! - [`cuda`]: CUDA C for NVRTC, one translation unit per program, with launch configurations.
 //!
 //! Both are pure functions of the kernel IR: same kernel, same text (a cache key). The LLVM
-//! NVPTX path (issue 5) is not built yet.
+//! NVPTX path (`llvm::nvptx`, selected by [`cuda::CudaCodegen::Llvm`]) prints PTX from the same
+//! LLVM bodies as the host JIT.
 
 pub mod cuda;
 pub mod llvm;

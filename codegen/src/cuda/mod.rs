@@ -61,6 +61,20 @@ use smelt_ir::DType;
 use smelt_passes::kernel::{BufferId, Kernel, Program, StageEffect, Step};
 use std::fmt::Write;
 
+/// Which code generator produces a program's CUDA kernels. Both give the same entry names,
+/// parameters (`reads`, `writes`, `i64 n`) and 1-D launches, so one runtime launches either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CudaCodegen {
+    /// CUDA C ([`cuda_program_source`]) compiled at run time by NVRTC: the kernels tuned for the
+    /// GPU (16-byte vector accesses, block reductions with shuffle trees).
+    #[default]
+    Nvrtc,
+    /// PTX from LLVM's NVPTX back end ([`crate::llvm::nvptx::ptx_program`]): the CPU backend's
+    /// kernel bodies, one GPU thread per outer index; needs the `llvm` feature (and libdevice
+    /// for transcendental math), no NVRTC. Simpler code, slower reductions.
+    Llvm,
+}
+
 /// How to launch a generated kernel: a 1-D grid of `grid` blocks of `block` threads, with
 /// `shared_bytes` of dynamic shared memory (0 today: reductions use static shared memory,
 /// 32 partials per reduction stage).

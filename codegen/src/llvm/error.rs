@@ -49,6 +49,21 @@ pub enum LlvmError {
         name: String,
         defined: Vec<String>,
     },
+    /// The LLVM NVPTX path cannot generate code for this GPU architecture (not `sm_XY`, or
+    /// older than the oldest it supports).
+    #[error("LLVM NVPTX cannot compile for architecture {arch:?}: {message}")]
+    NvptxArch { arch: String, message: String },
+    /// A kernel uses something the LLVM NVPTX path cannot lower (e.g. a math function without
+    /// libdevice); no PTX with an unresolved call is ever produced.
+    #[error("LLVM NVPTX: kernel {kernel:?} uses {op}, which is not supported: {reason}")]
+    Unsupported {
+        kernel: String,
+        op: String,
+        reason: String,
+    },
+    /// libdevice could not be parsed or linked, or LLVM could not emit PTX.
+    #[error("LLVM NVPTX: {message}")]
+    Nvptx { message: String },
     /// `JitModule::function` was asked for a type that is not pointer-sized.
     #[error("function {name:?}: the requested type is {size} bytes, not a function pointer")]
     NotAFunctionPointer { name: String, size: usize },

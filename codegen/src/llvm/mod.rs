@@ -8,6 +8,8 @@
 //!   `optimize` stops before machine code.
 //! - [`kernel`]: the kernel IR code generator: every kernel of a program → one function in the
 //!   CPU runtime's chunked calling convention, all in one module (`compile_program_kernels`).
+//! - [`nvptx`]: the same kernel bodies as PTX through LLVM's NVPTX back end, with the NVRTC
+//!   kernels' launch contract (`crate::cuda::CudaCodegen::Llvm`).
 //! - `demo`: hand-built kernels (axpy, and two kernels in the CPU runtime's chunked calling
 //!   convention) used by tests and as the pattern for the kernel IR code generator.
 //!
@@ -33,6 +35,8 @@ pub mod demo;
 mod jit;
 #[cfg(feature = "llvm")]
 pub mod kernel;
+// Present without the `llvm` feature too (its entry points answer `NotCompiledIn`).
+pub mod nvptx;
 #[cfg(feature = "llvm")]
 mod target;
 
