@@ -616,3 +616,225 @@ fn an_elementwise_kernel_over_more_than_2_pow_31_elements() {
         assert_eq!(y[i], want, "element {i}");
     }
 }
+
+/// Without red zones, computed outputs are written straight into the caller's tensors: an
+/// output that a later kernel reads, one buffer under two output names and an output that is
+/// an input all come out right, whatever the tensors held before, run after run and from
+/// several threads at once.
+#[test]
+fn outputs_written_in_place_come_out_right() {
+    let n = 3000;
+    let d = DType::F32;
+    let mut p = P::default();
+    let x = p.input("x", d, n);
+    let t = p.temp(d, n);
+    let y = p.temp(d, n);
+    let mut b = Body::default();
+    let v = b.load(d, x, 0, &[1]);
+    let two = b.push(Ty::Data(d), InstOp::Const(Scalar::Float(2.0)));
+    let m = b.bin(d, BinaryOp::Mul, v, two);
+    let st = b.store_stage(&[], vec![(t, affine(0, &[1]), m)]);
+    p.kernel(kernel("k_double", &[x], &[t], &[n], vec![st]));
+    let mut b = Body::default();
+    let v = b.load(d, t, 0, &[1]);
+    let one = b.push(Ty::Data(d), InstOp::Const(Scalar::Float(1.0)));
+    let a = b.bin(d, BinaryOp::Add, v, one);
+    let st = b.store_stage(&[], vec![(y, affine(0, &[1]), a)]);
+    p.kernel(kernel("k_inc", &[t], &[y], &[n], vec![st]));
+    p.output("t", t);
+    p.output("y", y);
+    p.output("t_again", t);
+    p.output("x_out", x);
+    let exe = CpuProgram::compile_with(&p.build(), &HashMap::new(), &CpuOptions::default())
+        .expect("compiles");
+    assert_eq!(exe.peak_bytes(), 0, "every temporary is an output");
+    let xs = floats(n, 21, 4.0, false);
+    let xt = tensor(d, &[n], &xs);
+    let inputs = bind(&[("x", &xt)]);
+    let want_t: Vec<f32> = xs.iter().map(|&v| v as f32 * 2.0).collect();
+    let want_y: Vec<f32> = want_t.iter().map(|&v| v + 1.0).collect();
+    let check = |outs: &[HostTensor]| {
+        assert_eq!(outs[0].to_f32_vec(), want_t);
+        assert_eq!(outs[1].to_f32_vec(), want_y);
+        assert_eq!(outs[2].to_f32_vec(), want_t);
+        assert_eq!(outs[3].data(), xt.data());
+    };
+    let mut outs: Vec<HostTensor> = (0..4).map(|_| tensor(d, &[n], &vec![7.0; n])).collect();
+    for _ in 0..3 {
+        exe.run_into(&inputs, &mut outs).unwrap();
+        check(&outs);
+        for o in outs.iter_mut() {
+            *o = tensor(d, &[n], &vec![-3.0; n]);
+        }
+    }
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..20 {
+                    let got: Vec<HostTensor> = exe
+                        .run(&inputs)
+                        .unwrap()
+                        .into_iter()
+                        .map(|(_, t)| t)
+                        .collect();
+                    check(&got);
+                }
+            });
+        }
+    });
+}
+
+/// f32 `exp` is emitted inline (vectorised); it must still be glibc's `expf` bit for bit,
+/// including the overflow and underflow edges, subnormal results, NaN and infinities. f32
+/// `erf` (also inline, `libm::erff`'s algorithm over that `expf`) stays within an ulp or two of
+/// the interpreter's `libm::erff`, whose own `expf` is a less exact one.
+#[test]
+fn inline_exp_and_erf_match_the_interpreter() {
+    let mut v: Vec<f64> = vec![
+        0.0,
+        -0.0,
+        1e-30,
+        -1e-30,
+        1e-10,
+        0.5,
+        0.84375,
+        1.0,
+        1.25,
+        2.857,
+        2.86,
+        3.9,
+        5.99,
+        6.0,
+        9.5,
+        32.564632,
+        -63.09946,
+        88.72283,
+        88.72284,
+        89.0,
+        -87.0,
+        -95.5,
+        -103.97,
+        -103.98,
+        -200.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ];
+    v.extend(floats(4000, 33, 110.0, false));
+    v.extend(floats(4000, 34, 7.0, false));
+    let n = v.len();
+    let d = DType::F32;
+    for op in [UnaryOp::Exp, UnaryOp::Erf] {
+        let mut p = P::default();
+        let x = p.input("x", d, n);
+        let o = p.temp(d, n);
+        let mut b = Body::default();
+        let xv = b.load(d, x, 0, &[1]);
+        let e = b.un(d, op, xv);
+        let st = b.store_stage(&[], vec![(o, affine(0, &[1]), e)]);
+        p.kernel(kernel("k_un", &[x], &[o], &[n], vec![st]));
+        p.output("y", o);
+        let mut g = Graph::new();
+        let gx = g.input("x", d, [n].as_slice()).unwrap();
+        let ge = g.unary(op, gx).unwrap();
+        g.set_output("y", ge).unwrap();
+        let xt = tensor(d, &[n], &v);
+        let inputs = bind(&[("x", &xt)]);
+        let want = eval(&g, &inputs).unwrap();
+        let got = run(&p.build(), &inputs, 2);
+        if op == UnaryOp::Exp {
+            check_bits("exp", &got[0], &want[0].1).unwrap();
+        } else {
+            check_close("erf", &got[0], &want[0].1, 2.5e-7, 1e-30).unwrap();
+        }
+    }
+}
+
+/// Float reductions over long rows are split into 16 lanes (a fixed order): close to the
+/// interpreter's f64 sums, and bitwise identical across thread counts and runs.
+#[test]
+fn split_reductions_are_close_and_deterministic() {
+    let (rows, n) = (37, 1000 + 7);
+    let d = DType::F32;
+    for (combiner, rop) in [
+        (Combiner::Sum, ReduceOp::Sum),
+        (Combiner::Max, ReduceOp::Max),
+        (Combiner::Min, ReduceOp::Min),
+        (Combiner::Prod, ReduceOp::Prod),
+    ] {
+        let mut p = P::default();
+        let x = p.input("x", d, rows * n);
+        let o = p.temp(d, rows);
+        let mut b1 = Body::default();
+        let v = b1.load(d, x, 0, &[n as i64, 1]);
+        let res = b1.fresh();
+        let b2 = Body::after(&b1);
+        let st1 = b1.reduce_stage(&[n], v, combiner, d, res);
+        let st2 = b2.store_stage(&[], vec![(o, affine(0, &[1]), res)]);
+        p.kernel(kernel("k_red", &[x], &[o], &[rows], vec![st1, st2]));
+        p.output("y", o);
+        let prog = p.build();
+        let mut g = Graph::new();
+        let gx = g.input("x", d, [rows, n].as_slice()).unwrap();
+        let gr = g.reduce(rop, gx, &[1], false).unwrap();
+        g.set_output("y", gr).unwrap();
+        let scale = if combiner == Combiner::Prod { 1.0 } else { 5.0 };
+        let mut xs = floats(rows * n, 40, scale, false);
+        if combiner == Combiner::Prod {
+            for v in xs.iter_mut() {
+                *v = 1.0 + *v / 512.0;
+            }
+        }
+        xs[3 * n + 100] = f64::NAN; // row 3 is NaN for every combiner
+        let xt = tensor(d, &[rows, n], &xs);
+        let inputs = bind(&[("x", &xt)]);
+        let want = eval(&g, &inputs).unwrap();
+        let base = run(&prog, &inputs, 1);
+        check_close(&format!("{rop:?}"), &base[0], &want[0].1, 1e-5, 1e-5).unwrap();
+        for threads in [2, 3] {
+            let got = run(&prog, &inputs, threads);
+            assert_eq!(got[0].data().to_le_bytes(), base[0].data().to_le_bytes());
+        }
+    }
+}
+
+/// Every f32 input (2^32 of them, in batches): the inline `exp` is the C library's `expf` bit
+/// for bit (any NaN matches any NaN). Slow: `cargo test --release -- --ignored`.
+#[test]
+#[ignore]
+fn inline_exp_is_expf_for_every_f32() {
+    let n = 1usize << 24;
+    let d = DType::F32;
+    let mut p = P::default();
+    let x = p.input("x", d, n);
+    let o = p.temp(d, n);
+    let mut b = Body::default();
+    let xv = b.load(d, x, 0, &[1]);
+    let e = b.un(d, UnaryOp::Exp, xv);
+    let st = b.store_stage(&[], vec![(o, affine(0, &[1]), e)]);
+    p.kernel(kernel("k_exp", &[x], &[o], &[n], vec![st]));
+    p.output("y", o);
+    let exe = CpuProgram::compile(&p.build(), &HashMap::new()).unwrap();
+    let mut out = vec![HostTensor::zeros(d, [n].as_slice())];
+    for batch in 0..(1u64 << 32) / n as u64 {
+        let base = batch * n as u64;
+        let xs: Vec<f32> = (0..n as u64)
+            .map(|i| f32::from_bits((base + i) as u32))
+            .collect();
+        let inputs: HashMap<String, HostTensor> = [(
+            "x".to_string(),
+            HostTensor::from_f32([n].as_slice(), xs.clone()).unwrap(),
+        )]
+        .into_iter()
+        .collect();
+        exe.run_into(&inputs, &mut out).unwrap();
+        let got = out[0].to_f32_vec();
+        for (x, g) in xs.iter().zip(&got) {
+            let w = x.exp();
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "exp({x:e}) = {g:e}, expf gives {w:e}"
+            );
+        }
+    }
+}

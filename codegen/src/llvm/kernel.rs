@@ -23,6 +23,12 @@
 //! each [`Stage`](smelt_passes::kernel::Stage) runs its own sequential loop nest over its inner
 //! dims: a reduction into accumulators (promoted to registers), or stores.
 //!
+//! What makes the hot loops fast: long float reductions are split into 16 lanes in a fixed
+//! order so that they vectorise under strict FP semantics (`reduce`); f32 `exp` and `erf` are
+//! emitted inline as branch-free code the vectoriser widens (`math`; `exp` stays bit for bit
+//! glibc's); a value a store stage would recompute from an earlier reduction stage (softmax's
+//! `exp(x - max)`) is kept per element in a stack buffer instead (`reuse`).
+//!
 //! # Values
 //!
 //! The semantics are `smelt_ir::interp`'s, see [`scalar`] for each op: f16/bf16 values are held
@@ -42,7 +48,9 @@
 
 mod access;
 mod convert;
+mod math;
 mod reduce;
+mod reuse;
 mod scalar;
 
 use access::check_affine_bounds;
@@ -243,7 +251,28 @@ pub fn build_kernel<'ctx>(
         },
         values: HashMap::new(),
         vars: Vec::new(),
+        stash: HashMap::new(),
+        reuse: HashMap::new(),
     };
+    // Per-element scratch of values kept across stages (see `reuse`), in the entry block.
+    let mut scratch: HashMap<ValueId, PointerValue> = HashMap::new();
+    for kept in reuse::plan(kernel) {
+        let ty = em.compute_type(kept.ty);
+        let p = match scratch.get(&kept.from) {
+            Some(&p) => p,
+            None => {
+                let arr = match ty {
+                    BasicTypeEnum::FloatType(t) => t.array_type(kept.n as u32),
+                    _ => return Err(em.err("a kept value that is not a float")),
+                };
+                let p = em.b.build_alloca(arr, "keep")?;
+                scratch.insert(kept.from, p);
+                p
+            }
+        };
+        em.stash.insert(kept.from, p);
+        em.reuse.insert(kept.to, p);
+    }
     let start = param(body_fn, n + 1)?.into_int_value();
     let end = param(body_fn, n + 2)?.into_int_value();
     em.outer_loops(start, end)?;
@@ -307,6 +336,11 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub values: HashMap<ValueId, Val<'ctx>>,
     /// The current loop variables as i64 (outer dims, then the current stage's inner dims).
     pub vars: Vec<IntValue<'ctx>>,
+    /// Values a reduction stage stores per element for a later store stage (see `reuse`):
+    /// value → scratch array indexed by the stage's one inner loop variable.
+    pub stash: HashMap<ValueId, PointerValue<'ctx>>,
+    /// Values a store stage loads from that scratch instead of computing them.
+    pub reuse: HashMap<ValueId, PointerValue<'ctx>>,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
@@ -389,6 +423,16 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     combiner,
                     acc,
                     result,
+                } if Self::split_reduction(*combiner, *acc, &stage.inner) => {
+                    let r =
+                        self.reduce_split(&stage.body, stage.inner[0], *combiner, *acc, *value)?;
+                    self.values.insert(*result, r);
+                }
+                StageEffect::Reduce {
+                    value,
+                    combiner,
+                    acc,
+                    result,
                 } => {
                     let red = self.reduce_begin(*combiner, *acc, &stage.body, *value)?;
                     self.loop_nest(&stage.inner, &mut |em| {
@@ -445,6 +489,54 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         name: &str,
         f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
     ) -> Result<()> {
+        self.counted_loop_latch(lo, hi, name, f).map(|_| ())
+    }
+
+    /// [`Emitter::counted_loop`] that LLVM's unroller leaves alone (`llvm.loop.unroll.disable`):
+    /// for a short loop the loop vectoriser should widen instead of a full unroll (after which
+    /// only the SLP vectoriser could, and poorly, see the lanes).
+    pub(crate) fn counted_loop_no_unroll(
+        &mut self,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        name: &str,
+        f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
+    ) -> Result<()> {
+        use inkwell::context::AsContextRef;
+        use inkwell::llvm_sys::core::{
+            LLVMGetMDKindIDInContext, LLVMMDNodeInContext2, LLVMMDStringInContext2,
+            LLVMMetadataAsValue, LLVMSetMetadata,
+        };
+        use inkwell::llvm_sys::debuginfo::{LLVMMetadataReplaceAllUsesWith, LLVMTemporaryMDNode};
+        use inkwell::values::AsValueRef;
+        let latch = self.counted_loop_latch(lo, hi, name, f)?;
+        let ctx = self.ctx.as_ctx_ref();
+        let (kind, flag) = ("llvm.loop", "llvm.loop.unroll.disable");
+        // SAFETY: plain LLVM C API calls on live objects of this emitter's context: a loop ID
+        // `!0 = !{!0, !{"llvm.loop.unroll.disable"}}` made self-referential the way the C API
+        // allows (a temporary first operand replaced by the node itself, which LLVM turns into
+        // a distinct node), attached to the loop's latch branch. The string pointers are valid
+        // for their given lengths during each call.
+        unsafe {
+            let temp = LLVMTemporaryMDNode(ctx, std::ptr::null_mut(), 0);
+            let mut name = LLVMMDStringInContext2(ctx, flag.as_ptr().cast(), flag.len());
+            let option = LLVMMDNodeInContext2(ctx, &mut name, 1);
+            let mut ops = [temp, option];
+            let id = LLVMMDNodeInContext2(ctx, ops.as_mut_ptr(), ops.len());
+            LLVMMetadataReplaceAllUsesWith(temp, id);
+            let kind = LLVMGetMDKindIDInContext(ctx, kind.as_ptr().cast(), kind.len() as u32);
+            LLVMSetMetadata(latch.as_value_ref(), kind, LLVMMetadataAsValue(ctx, id));
+        }
+        Ok(())
+    }
+
+    fn counted_loop_latch(
+        &mut self,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        name: &str,
+        f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
+    ) -> Result<inkwell::values::InstructionValue<'ctx>> {
         let i64t = self.ctx.i64_type();
         let pre = self.current_block()?;
         let body = self.block(name);
@@ -464,9 +556,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let more = self
             .b
             .build_int_compare(IntPredicate::SLT, next, hi, "more")?;
-        self.b.build_conditional_branch(more, body, exit)?;
+        let latch_br = self.b.build_conditional_branch(more, body, exit)?;
         self.b.position_at_end(exit);
-        Ok(())
+        Ok(latch_br)
     }
 
     pub(crate) fn current_block(&self) -> Result<inkwell::basic_block::BasicBlock<'ctx>> {
@@ -478,9 +570,36 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// Emits a stage body's instructions.
     fn body(&mut self, insts: &[Inst]) -> Result<()> {
         for inst in insts {
-            let v = self.inst(inst)?;
+            let v = match self.kept(&self.reuse, inst.dst)? {
+                Some(p) => self.b.build_load(p, "reused")?,
+                None => self.inst(inst)?,
+            };
+            if let Some(p) = self.kept(&self.stash, inst.dst)? {
+                self.b.build_store(p, v)?;
+            }
             self.values.insert(inst.dst, Val { v, ty: inst.ty });
         }
         Ok(())
+    }
+
+    /// The scratch element of kept value `id` at the current inner index, if `m` has it.
+    fn kept(
+        &self,
+        m: &HashMap<ValueId, PointerValue<'ctx>>,
+        id: ValueId,
+    ) -> Result<Option<PointerValue<'ctx>>> {
+        let Some(&arr) = m.get(&id) else {
+            return Ok(None);
+        };
+        let i = *self
+            .vars
+            .last()
+            .ok_or_else(|| self.err("a kept value outside an inner loop"))?;
+        let zero = self.ctx.i64_type().const_zero();
+        // SAFETY (of the generated code): `reuse::plan` keeps values only in stages with one
+        // inner dim of the array's length, whose variable `i` is in range.
+        Ok(Some(unsafe {
+            self.b.build_in_bounds_gep(arr, &[zero, i], "kept")?
+        }))
     }
 }

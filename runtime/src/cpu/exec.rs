@@ -5,9 +5,10 @@
 //! relies on itself: buffer ids, what each step may write, GEMM operand spans), JIT-compiles
 //! every kernel into one LLVM module, plans the arena ([`super::memory`]) and binds the
 //! parameters it is given. [`CpuProgram::run`] binds inputs by name, runs the steps in order
-//! and returns the outputs; [`CpuProgram::run_into`] writes them into caller tensors and allocates nothing in steady state: the arena, the pointer table
-//! and the argument scratch are owned by the program and reused (a second thread running the
-//! same program concurrently gets a fresh arena for that run instead of waiting).
+//! and returns the outputs; [`CpuProgram::run_into`] writes them into caller tensors and
+//! allocates nothing in steady state: the arena, the pointer table and the argument scratch are
+//! owned by the program and reused (a second thread running the same program concurrently gets
+//! a fresh arena for that run instead of waiting).
 //!
 //! Kernels run through [`CpuPool`] in chunks of their flattened outer index space (see the
 //! calling convention in [`super`]); GEMM steps through [`MatmulPlan`] (whose f16/bf16 path
@@ -18,8 +19,16 @@
 //! `floor_div`/`remainder` by zero give 0 (the interpreter reports an error).
 //!
 //! Outputs: dtype and shape are checked (the shape given by [`CpuProgram::set_output_shape`],
-//! else a 1-D `[numel]`, since the kernel IR records element counts only). An output that is an
-//! input, parameter or constant buffer is copied out like any other.
+//! else a 1-D `[numel]`, since the kernel IR records element counts only). A computed output
+//! is written by its kernel (or GEMM) straight into the caller's tensor: the memory plan binds
+//! it per run like an input ([`MemoryPlan::external`]), so there is no copy-out pass, which for
+//! a memory-bound kernel would cost as much as the kernel. Only these are copied: an output that
+//! is an input, parameter or constant buffer; a buffer named by several outputs (all but the
+//! first); and every output when red zones are on (outputs then live in the arena, red zone
+//! after them). A computed output that no step writes is zero-filled.
+//!
+//! Profiling: with `SMELT_CPU_PROFILE` set when a program is compiled, each of its runs prints
+//! every step's wall time to stderr (this allocates; never set it in production).
 
 use super::error::{CpuError, Result};
 use super::gemm::{MatmulOperand, MatmulPlan};
@@ -55,6 +64,9 @@ pub struct CpuProgram {
     pool: PoolRef,
     arena: Mutex<Arena>,
     max_args: usize,
+    /// `SMELT_CPU_PROFILE` was set at compile time: every run prints each step's time to
+    /// stderr (a diagnostic; it allocates).
+    profile: bool,
 }
 
 impl std::fmt::Debug for CpuProgram {
@@ -85,6 +97,11 @@ enum Slot {
     Arena {
         offset: usize,
     },
+    /// A computed output written straight into the caller's output tensor `index` (the first
+    /// output naming this buffer).
+    Output {
+        index: usize,
+    },
     Bound(HostTensor),
     Input {
         name: String,
@@ -98,6 +115,19 @@ struct OutputSpec {
     buffer: usize,
     dtype: DType,
     shape: Shape,
+    /// What fills the caller's tensor after the steps.
+    fill: Fill,
+}
+
+/// How an output's caller tensor gets its contents.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    /// The steps wrote it in place (a [`Slot::Output`]).
+    InPlace,
+    /// Nothing writes it: zeros.
+    Zeros,
+    /// Copied from the buffer's run-time pointer after the steps.
+    Copy,
 }
 
 enum ExecStep {
@@ -157,6 +187,13 @@ impl CpuProgram {
                 Ok(())
             };
             slots.push(match &d.kind {
+                BufferKind::Temp if slots_plan.external[i] => Slot::Output {
+                    index: program
+                        .outputs
+                        .iter()
+                        .position(|(_, b)| b.0 as usize == i)
+                        .ok_or_else(|| invalid(format!("external buffer {i} is no output")))?,
+                },
                 BufferKind::Temp => Slot::Arena {
                     offset: slots_plan.offsets[i].unwrap_or(0),
                 },
@@ -176,7 +213,12 @@ impl CpuProgram {
                 },
             });
         }
-        let temp = |b: u32| matches!(slots.get(b as usize), Some(Slot::Arena { .. }));
+        let temp = |b: u32| {
+            matches!(
+                slots.get(b as usize),
+                Some(Slot::Arena { .. } | Slot::Output { .. })
+            )
+        };
         let known = |b: u32| (b as usize) < slots.len();
         let mut kernels: Vec<&Kernel> = Vec::new();
         let mut max_args = 0;
@@ -242,19 +284,32 @@ impl CpuProgram {
                 Step::Gemm(g) => gemm_step(program, g)?,
             });
         }
+        let written = |b: usize| {
+            program.steps.iter().any(|s| match s {
+                Step::Kernel(k) => k.writes.iter().any(|w| w.0 as usize == b),
+                Step::Gemm(g) => g.out.0 as usize == b,
+            })
+        };
         let outputs = program
             .outputs
             .iter()
-            .map(|(name, b)| {
+            .enumerate()
+            .map(|(i, (name, b))| {
                 let d = program
                     .buffers
                     .get(b.0 as usize)
                     .ok_or_else(|| invalid(format!("output {name:?} is unknown {b:?}")))?;
+                let fill = match slots[b.0 as usize] {
+                    Slot::Output { index } if index == i && written(b.0 as usize) => Fill::InPlace,
+                    Slot::Output { index } if index == i => Fill::Zeros,
+                    _ => Fill::Copy,
+                };
                 Ok(OutputSpec {
                     name: name.clone(),
                     buffer: b.0 as usize,
                     dtype: d.dtype,
                     shape: Shape::new(&[d.numel]),
+                    fill,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -267,6 +322,7 @@ impl CpuProgram {
             pool,
             arena: Mutex::new(arena),
             max_args,
+            profile: std::env::var_os("SMELT_CPU_PROFILE").is_some(),
         })
     }
 
@@ -388,10 +444,23 @@ impl CpuProgram {
             }
         };
         let base = arena.base();
+        for (o, t) in self.outputs.iter().zip(outputs.iter_mut()) {
+            if o.fill != Fill::Copy {
+                let p = data_ptr_mut(t)?;
+                arena.ptrs[o.buffer] = p;
+                if o.fill == Fill::Zeros {
+                    // SAFETY: `p` points to the caller's tensor, which holds the output's
+                    // `numel` elements of its dtype (checked above), and nothing else uses it.
+                    unsafe { std::ptr::write_bytes(p, 0, o.shape.numel() * o.dtype.size_bytes()) };
+                }
+            }
+        }
         for (i, slot) in self.slots.iter().enumerate() {
             arena.ptrs[i] = match slot {
                 // SAFETY: the plan keeps `offset + size <= peak_bytes`, the arena's size.
                 Slot::Arena { offset } => unsafe { base.add(*offset) },
+                // Bound from the caller's tensors just above.
+                Slot::Output { .. } => arena.ptrs[i],
                 Slot::Bound(t) => data_ptr(t.data()),
                 Slot::Input { name, dtype, numel } => {
                     let t = inputs
@@ -410,6 +479,7 @@ impl CpuProgram {
         }
         let pool = self.pool.get();
         for step in &self.steps {
+            let started = self.profile.then(std::time::Instant::now);
             match step {
                 ExecStep::Kernel {
                     kernel,
@@ -422,10 +492,12 @@ impl CpuProgram {
                     arena.status.store(0, Ordering::Relaxed);
                     arena.args.push(arena.status.as_ptr().cast());
                     // SAFETY: every pointer covers its buffer's declared elements (arena slots
-                    // by the plan, bound and input tensors by the dtype/numel checks); the code
-                    // generator proved affine accesses in bounds and checks computed ones; the
-                    // kernel writes only arena buffers, whose slots are disjoint from every
-                    // buffer live at the same step; nothing else touches them during the launch.
+                    // by the plan, bound, input and output tensors by the dtype/numel checks);
+                    // the code generator proved affine accesses in bounds and checks computed
+                    // ones; the kernel writes only arena buffers, whose slots are disjoint from
+                    // every buffer live at the same step, and output tensors, which are the
+                    // caller's exclusively borrowed memory, one per buffer, disjoint from every
+                    // input and bound tensor; nothing else touches them during the launch.
                     unsafe { kernel.launch(pool, &arena.args, *extent, *grain)? };
                     if arena.status.load(Ordering::Relaxed) != 0 {
                         return Err(CpuError::IndexOutOfRange {
@@ -439,7 +511,8 @@ impl CpuProgram {
                     let size = plan.dtype().size_bytes();
                     // SAFETY: `gemm_step` checked that the operands' spans (from these element
                     // offsets) lie inside their buffers and that `out` holds `out_len`
-                    // elements; `out` is an arena slot disjoint from the live operands.
+                    // elements; `out` is an arena slot disjoint from the live operands, or a
+                    // caller's output tensor (exclusively borrowed, disjoint from them).
                     unsafe {
                         let pa = arena.ptrs[a.0].add(a.1 * size);
                         let pb = arena.ptrs[b.0].add(b.1 * size);
@@ -447,22 +520,32 @@ impl CpuProgram {
                     }
                 }
             }
+            if let Some(t) = started {
+                let name = match step {
+                    ExecStep::Kernel { kernel, extent, .. } => {
+                        format!("{} (extent {extent})", kernel.name())
+                    }
+                    ExecStep::Gemm { plan, .. } => format!("gemm {:?}", plan.out_dims()),
+                };
+                eprintln!(
+                    "smelt-cpu {:>9.3} ms  {name}",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+            }
         }
         for (o, t) in self.outputs.iter().zip(outputs.iter_mut()) {
+            if o.fill != Fill::Copy {
+                continue;
+            }
             let src = arena.ptrs[o.buffer];
-            let placeholder = HostTensor::new(Shape::new(&[0]), TensorData::Bool(Vec::new()))
-                .map_err(|e| invalid(e.to_string()))?;
-            let taken = std::mem::replace(t, placeholder);
-            let shape = taken.shape().clone();
-            let mut data = taken.into_data();
-            with_data!(&mut data, v => {
-                let bytes = std::mem::size_of_val(v.as_slice());
-                // SAFETY: `src` holds the output buffer's `numel` elements of this dtype
-                // (checked above: dtype and shape match), `v` exactly as many; they do not
-                // overlap (`v` is the caller's tensor).
-                unsafe { std::ptr::copy_nonoverlapping(src, v.as_mut_ptr().cast::<u8>(), bytes) };
-            });
-            *t = HostTensor::new(shape, data).map_err(|e| invalid(e.to_string()))?;
+            let dst = data_ptr_mut(t)?;
+            // SAFETY: `src` holds the output buffer's `numel` elements of this dtype (checked
+            // above: dtype and shape match), `dst` exactly as many; they do not overlap (`dst`
+            // is a caller's tensor that no slot points into: a buffer named by several outputs
+            // is bound to the first one's tensor only, and this one is a later one).
+            unsafe {
+                std::ptr::copy_nonoverlapping(src, dst, o.shape.numel() * o.dtype.size_bytes())
+            };
         }
         Ok(())
     }
@@ -470,6 +553,19 @@ impl CpuProgram {
 
 fn data_ptr(d: &TensorData) -> *mut u8 {
     with_data!(d, v => v.as_ptr().cast::<u8>().cast_mut())
+}
+
+/// A pointer to element 0 of `t`'s data, valid for writes while `t` is neither moved out of
+/// nor reallocated (the `Vec`'s heap buffer does not move with the tensor). Allocates nothing.
+fn data_ptr_mut(t: &mut HostTensor) -> Result<*mut u8> {
+    let placeholder = HostTensor::new(Shape::new(&[0]), TensorData::Bool(Vec::new()))
+        .map_err(|e| invalid(e.to_string()))?;
+    let taken = std::mem::replace(t, placeholder);
+    let shape = taken.shape().clone();
+    let mut data = taken.into_data();
+    let p = with_data!(&mut data, v => v.as_mut_ptr().cast::<u8>());
+    *t = HostTensor::new(shape, data).map_err(|e| invalid(e.to_string()))?;
+    Ok(p)
 }
 
 fn smelt_codegen_extent(k: &Kernel) -> Result<i64> {

@@ -59,3 +59,16 @@ pub(crate) fn cached(
     let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
     Ok(map.entry(key).or_insert(compiled).clone())
 }
+
+/// Empties the in-process cache, so that the next compile of any program JIT-compiles it again
+/// (what `smelt bench` uses to time a cold compile). Programs already compiled keep their
+/// machine code; returns how many cache entries were dropped.
+pub fn clear_jit_cache() -> usize {
+    let Some(cache) = CACHE.get() else {
+        return 0;
+    };
+    let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let n = map.len();
+    map.clear();
+    n
+}

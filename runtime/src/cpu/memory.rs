@@ -8,8 +8,14 @@
 //! with an overlapping live range: a buffer whose last use has passed gives its bytes to later
 //! ones. Deterministic: the same program gets the same plan.
 //!
-//! With a red zone (tests), every buffer gets its own bytes plus `red_zone` bytes after them
-//! (no reuse), so a write past a buffer lands in its red zone and is detected.
+//! **Outputs are external.** Without red zones, a `Temp` buffer that is a program output gets no
+//! arena bytes: like an input, it is memory bound per run (the caller's output tensor), so
+//! kernels write results straight where the caller wants them and nothing is copied out
+//! ([`MemoryPlan::external`]).
+//!
+//! With a red zone (tests), every buffer, outputs included, gets its own arena bytes plus
+//! `red_zone` bytes after them (no reuse), so a write past a buffer lands in its red zone and is
+//! detected; outputs are then copied out after the run.
 
 use super::error::{CpuError, Result};
 use smelt_passes::kernel::{BufferKind, Program, Step};
@@ -24,18 +30,22 @@ pub const POISON: u8 = 0xA5;
 /// Where the `Temp` buffers of a program live.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
-    /// Byte offset of each buffer (indexed by `BufferId`); `None` for non-`Temp` buffers.
+    /// Byte offset of each buffer (indexed by `BufferId`); `None` for non-`Temp` buffers and
+    /// external outputs.
     pub offsets: Vec<Option<usize>>,
+    /// Whether each buffer is a `Temp` output bound to the caller's tensor at run time instead
+    /// of living in the arena (never with red zones).
+    pub external: Vec<bool>,
     /// Byte size of each buffer's slot, red zone and alignment padding included (0 for
-    /// non-`Temp` buffers).
+    /// non-`Temp` buffers and external outputs).
     pub sizes: Vec<usize>,
-    /// Byte size of each buffer's data (0 for non-`Temp` buffers).
+    /// Byte size of each buffer's data (0 for non-`Temp` buffers and external outputs).
     pub bytes: Vec<usize>,
     /// Live range `(first step, last step)` of each `Temp` buffer.
     pub live: Vec<Option<(usize, usize)>>,
     /// The arena size: the highest end of any slot (red zones included).
     pub peak_bytes: usize,
-    /// What the `Temp` buffers would take without reuse (aligned sizes summed).
+    /// What the arena's buffers would take without reuse (aligned sizes summed).
     pub naive_bytes: usize,
     /// Bytes of red zone after each buffer (0: none).
     pub red_zone: usize,
@@ -90,12 +100,20 @@ pub fn plan_memory(program: &Program, red_zone: usize) -> Result<MemoryPlan> {
             *last = end;
         }
     }
+    let mut external = vec![false; n];
+    if red_zone == 0 {
+        for (_, b) in &program.outputs {
+            if is_temp(program, b.0) {
+                external[b.0 as usize] = true;
+            }
+        }
+    }
     let mut sizes = vec![0usize; n];
     let mut data_bytes = vec![0usize; n];
     let mut order = Vec::new();
     let mut naive = 0usize;
     for (i, d) in program.buffers.iter().enumerate() {
-        if d.kind != BufferKind::Temp {
+        if d.kind != BufferKind::Temp || external[i] {
             continue;
         }
         let exact = d.numel.checked_mul(d.dtype.size_bytes());
@@ -144,6 +162,7 @@ pub fn plan_memory(program: &Program, red_zone: usize) -> Result<MemoryPlan> {
     }
     Ok(MemoryPlan {
         offsets,
+        external,
         sizes,
         bytes: data_bytes,
         live,

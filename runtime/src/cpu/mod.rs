@@ -13,7 +13,8 @@
 //!   kernel IR lists them: the buffers it reads (`Kernel::reads`), then the buffers it writes
 //!   (`Kernel::writes`), then a pointer to an `i32` **status word** (zero before the launch).
 //!   A buffer pointer points to element 0 of the buffer (strides, broadcasts and offsets are
-//!   compiled into the kernel's index arithmetic), aligned at least for its element type. The
+//!   compiled into the kernel's index arithmetic), aligned at least for its element type (arena
+//!   buffers to 64 bytes; a program output is the caller's tensor itself, see [`exec`]). The
 //!   array and every buffer stay valid for the whole launch. A kernel that meets a computed
 //!   index outside its buffer (a bad gather index) ORs 1 into the status word atomically,
 //!   reads 0 / skips the write, and carries on; the caller checks the word after the launch.
@@ -28,8 +29,9 @@
 //!   0 (the reference interpreter reports an error; a kernel cannot).
 //! - **Determinism.** Each output element is computed entirely inside one call: a reduction
 //!   into one element is never split across chunks, and its order of accumulation depends only
-//!   on the element, never on `start`/`end`. Results are therefore bitwise identical across
-//!   runs, thread counts and chunk sizes.
+//!   on the element, never on `start`/`end` (long float reductions use a fixed 16-lane order,
+//!   see `smelt_codegen::llvm::kernel`'s `reduce`). Results are therefore bitwise identical
+//!   across runs, thread counts and chunk sizes.
 //! - **Concurrency.** Calls with disjoint ranges run concurrently on the pool's threads. A
 //!   kernel keeps no state between calls, allocates nothing, calls nothing back, and never
 //!   unwinds. Inputs are read-only; an output may share memory with an input only where the
@@ -61,7 +63,7 @@ mod pool;
 pub use self::gemm::{matmul_host, Element, MatmulOperand, MatmulPlan};
 pub use error::{CpuError, Result};
 pub use exec::{CpuOptions, CpuProgram};
-pub use jit_cache::jit_compilations;
+pub use jit_cache::{clear_jit_cache, jit_compilations};
 pub use kernel::CpuKernel;
 pub use memory::{plan_memory, MemoryPlan};
 pub use pool::{CpuPool, CHUNKS_PER_THREAD};

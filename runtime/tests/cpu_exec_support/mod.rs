@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use smelt_ir::{DType, HostTensor, NodeId, TensorData};
+use smelt_ir::{DType, Graph, HostTensor, NodeId, Op, TensorData};
 use smelt_passes::kernel::*;
 
 /// A program under construction.
@@ -283,4 +283,61 @@ pub fn tensor(d: DType, dims: &[usize], v: &[f64]) -> HostTensor {
         DType::Bool => TensorData::Bool(v.iter().map(|&x| x != 0.0).collect()),
     };
     HostTensor::new(dims, data).unwrap()
+}
+
+/// `graph` with every value nobody reads named as an output too, so that no op is dead.
+pub fn with_sinks_as_outputs(graph: Graph) -> Graph {
+    let uses = graph.use_counts();
+    let mut outputs = graph.outputs().to_vec();
+    for id in graph.ids() {
+        if uses[id.index()] == 0 {
+            outputs.push((format!("sink{}", id.0), id));
+        }
+    }
+    let g = Graph::from_parts(graph.nodes().to_vec(), outputs);
+    match smelt_ir::verify(&g) {
+        Ok(()) => g,
+        Err(_) => graph,
+    }
+}
+
+/// Whether the value of `out` depends on a reduction or a matmul (`gemm_only`: a matmul).
+pub fn has_accumulation(g: &Graph, out: NodeId, gemm_only: bool) -> bool {
+    let mut seen = vec![false; g.len()];
+    let mut stack = vec![out];
+    while let Some(n) = stack.pop() {
+        if std::mem::replace(&mut seen[n.index()], true) {
+            continue;
+        }
+        let op = &g.node(n).op;
+        if matches!(op, Op::MatMul(..)) || (!gemm_only && matches!(op, Op::Reduce { .. })) {
+            return true;
+        }
+        stack.extend(op.operands());
+    }
+    false
+}
+
+/// The differential fuzz tolerances (rtol, atol) of an output of dtype `d`: torch.testing's
+/// defaults, or (`loose`) those of outputs downstream of an accumulation (see
+/// `cpu_exec_fuzz.rs`).
+pub fn fuzz_tolerance(d: DType, loose: bool) -> (f64, f64) {
+    match (d, loose) {
+        (DType::F16, false) => (1e-3, 1e-5),
+        (DType::BF16, false) => (1.6e-2, 1e-5),
+        (DType::F32, false) => (1.3e-6, 1e-5),
+        (DType::F64, false) => (1e-7, 1e-7),
+        (DType::F16, true) => (2e-2, 2e-2),
+        (DType::BF16, true) => (8e-2, 8e-2),
+        (DType::F32 | DType::F64, true) => (1e-3, 1e-3),
+        _ => (0.0, 0.0),
+    }
+}
+
+/// The number of fuzz cases: `SMELT_FUZZ_CASES`, else `default`.
+pub fn fuzz_cases(default: usize) -> usize {
+    std::env::var("SMELT_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }

@@ -1,14 +1,29 @@
 //! Reduction stages: accumulators (allocas promoted to registers), the combiners' identities
 //! and update rules (NaN-propagating max/min; arg reductions keep the first extreme, NaN
 //! counting as the extreme), and the result after the loop.
+//!
+//! # Order of accumulation
+//!
+//! A float sum, product, max or min over one inner dim of `n >= 2 * LANES` elements is split
+//! into [`LANES`] interleaved partial accumulators, so that its loop vectorises without
+//! reassociating anything at run time: element `i < n - n % LANES` goes to lane `i % LANES`
+//! (each lane in increasing `i`), the lanes are combined by a fixed halving tree (lane `l` with
+//! lane `l + h` for `h = LANES/2, …, 1`), then the last `n % LANES` elements are combined into
+//! the result in order. Every other reduction runs sequentially in index order. Either order
+//! depends only on the stage's shape, never on the chunking or the target, so results stay
+//! bitwise identical across thread counts and machines.
 
 use super::{Emitter, Val};
 use crate::llvm::error::Result;
 use inkwell::types::BasicTypeEnum;
-use inkwell::values::{BasicValueEnum, PointerValue};
+use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
 use inkwell::{FloatPredicate, IntPredicate};
 use smelt_ir::{BinaryOp, DType};
 use smelt_passes::kernel::{Combiner, Inst, Ty, ValueId};
+
+/// Partial accumulators of a split float reduction (see the module docs). Fixed, not the
+/// target's vector width, so that the order of accumulation is the same on every machine.
+pub(crate) const LANES: usize = 16;
 
 /// A reduction in progress: accumulator slots and what they combine.
 pub(crate) struct Reduction<'ctx> {
@@ -143,25 +158,120 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             return Ok(());
         }
         let x = self.cast(v, Ty::Data(r.acc))?;
+        let nv = self.combine(r.combiner, r.acc, cur, x)?;
+        self.b.build_store(r.slot, nv)?;
+        Ok(())
+    }
+
+    /// `combiner(acc, x)` for a non-arg reduction, both of the accumulator's type.
+    fn combine(
+        &self,
+        combiner: Combiner,
+        acc: DType,
+        cur: BasicValueEnum<'ctx>,
+        x: BasicValueEnum<'ctx>,
+    ) -> Result<BasicValueEnum<'ctx>> {
         let acc_val = Val {
             v: cur,
-            ty: Ty::Data(r.acc),
+            ty: Ty::Data(acc),
         };
         let xv = Val {
             v: x,
-            ty: Ty::Data(r.acc),
+            ty: Ty::Data(acc),
         };
-        let op = match r.combiner {
-            Combiner::Sum if r.acc == DType::Bool => BinaryOp::LogicalOr,
-            Combiner::Prod if r.acc == DType::Bool => BinaryOp::LogicalAnd,
+        let op = match combiner {
+            Combiner::Sum if acc == DType::Bool => BinaryOp::LogicalOr,
+            Combiner::Prod if acc == DType::Bool => BinaryOp::LogicalAnd,
             Combiner::Sum => BinaryOp::Add,
             Combiner::Prod => BinaryOp::Mul,
             Combiner::Max => BinaryOp::Maximum,
             _ => BinaryOp::Minimum,
         };
-        let nv = self.binary(op, acc_val, xv, Ty::Data(r.acc))?;
-        self.b.build_store(r.slot, nv)?;
-        Ok(())
+        self.binary(op, acc_val, xv, Ty::Data(acc))
+    }
+
+    /// Whether a reduction over `inner` is split into lanes (see the module docs).
+    pub(crate) fn split_reduction(combiner: Combiner, acc: DType, inner: &[usize]) -> bool {
+        matches!(
+            combiner,
+            Combiner::Sum | Combiner::Prod | Combiner::Max | Combiner::Min
+        ) && matches!(acc, DType::F32 | DType::F64)
+            && inner.len() == 1
+            && inner[0] >= 2 * LANES
+    }
+
+    /// A split reduction stage (see the module docs): `LANES` partial accumulators in an array
+    /// (a lane loop the loop vectoriser widens), the halving tree, the tail in order. Emits the
+    /// body once per element; returns the result.
+    pub(crate) fn reduce_split(
+        &mut self,
+        body: &[Inst],
+        n: usize,
+        combiner: Combiner,
+        acc: DType,
+        value: ValueId,
+    ) -> Result<Val<'ctx>> {
+        let init = self.reduce_begin(combiner, acc, body, value)?;
+        let identity = self.b.build_load(init.slot, "id")?;
+        let acc_t = self.compute_type(Ty::Data(acc));
+        let arr_t = match acc_t {
+            BasicTypeEnum::FloatType(t) => t.array_type(LANES as u32),
+            _ => return Err(self.err("a split reduction of a non-float accumulator")),
+        };
+        let lanes = self.entry_alloca(arr_t.into(), "lanes")?;
+        let i64t = self.ctx.i64_type();
+        let lane_ptr = |em: &Self, l: IntValue<'ctx>| -> Result<PointerValue<'ctx>> {
+            // SAFETY (of the generated code): `l < LANES`, the array's length.
+            Ok(unsafe {
+                em.b.build_in_bounds_gep(lanes, &[i64t.const_zero(), l], "lane")?
+            })
+        };
+        for l in 0..LANES {
+            let p = lane_ptr(self, i64t.const_int(l as u64, false))?;
+            self.b.build_store(p, identity)?;
+        }
+        let depth = self.vars.len();
+        let blocks = (n / LANES) as i64;
+        let width = self.i64c(LANES as i64);
+        self.counted_loop(self.i64c(0), self.i64c(blocks), "blk", |em, blk| {
+            let base = em.b.build_int_nsw_mul(blk, width, "bbase")?;
+            em.counted_loop_no_unroll(em.i64c(0), width, "ln", |em, l| {
+                let i = em.b.build_int_nsw_add(base, l, "li")?;
+                em.vars.truncate(depth);
+                em.vars.push(i);
+                em.body(body)?;
+                let v = em.value(value)?;
+                let x = em.cast(v, Ty::Data(acc))?;
+                let p = lane_ptr(em, l)?;
+                let cur = em.b.build_load(p, "lc")?;
+                let nv = em.combine(combiner, acc, cur, x)?;
+                em.b.build_store(p, nv)?;
+                Ok(())
+            })
+        })?;
+        self.vars.truncate(depth);
+        let mut vals = Vec::with_capacity(LANES);
+        for l in 0..LANES {
+            let p = lane_ptr(self, i64t.const_int(l as u64, false))?;
+            vals.push(self.b.build_load(p, "lv")?);
+        }
+        let mut h = LANES / 2;
+        while h > 0 {
+            for l in 0..h {
+                vals[l] = self.combine(combiner, acc, vals[l], vals[l + h])?;
+            }
+            h /= 2;
+        }
+        self.b.build_store(init.slot, vals[0])?;
+        let tail_start = self.i64c(blocks * LANES as i64);
+        self.counted_loop(tail_start, self.i64c(n as i64), "tail", |em, i| {
+            em.vars.truncate(depth);
+            em.vars.push(i);
+            em.body(body)?;
+            em.reduce_step(&init)
+        })?;
+        self.vars.truncate(depth);
+        self.reduce_end(&init)
     }
 
     /// The reduction's result after its loop.

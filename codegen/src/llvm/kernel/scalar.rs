@@ -3,7 +3,9 @@
 //! interpreter uses Rust's `libm` crate (`erf`; kernels call the C library's `erff`/`erf`) and
 //! integer `floor_div`/`remainder` by zero, which give 0 here. Transcendental functions are
 //! LLVM intrinsics (`llvm.exp`, `llvm.log`, `llvm.sin` … lowered to the C library, as Rust's
-//! `f32::exp` is) or C library calls (`tanhf`, `erff`) that MCJIT resolves in the process.
+//! `f32::exp` is) or C library calls (`tanhf`, `erff`) that MCJIT resolves in the process,
+//! except f32 `exp`, which is emitted inline so that it vectorises and gives glibc's `expf`
+//! result (see [`super::math`]).
 
 use super::{Emitter, Val};
 use crate::llvm::error::Result;
@@ -72,6 +74,15 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             name.to_string()
         };
         Ok(self.call(&full, t.into(), &[x.into()])?.into_float_value())
+    }
+
+    /// `exp(x)`: inline and vectorisable for f32 ([`Emitter::expf`]), `llvm.exp` for f64.
+    fn exp(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        if x.get_type() == self.f32t() {
+            self.expf(x)
+        } else {
+            self.fcall("llvm.exp", x)
+        }
     }
 
     /// Emits one instruction and returns its value.
@@ -188,7 +199,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let r = match op {
             UnaryOp::Neg => b.build_float_neg(v, "neg")?,
             UnaryOp::Abs => self.fcall("llvm.fabs", v)?,
-            UnaryOp::Exp => self.fcall("llvm.exp", v)?,
+            UnaryOp::Exp => self.exp(v)?,
             UnaryOp::Log => self.fcall("llvm.log", v)?,
             UnaryOp::Sqrt => self.fcall("llvm.sqrt", v)?,
             UnaryOp::Rsqrt => b.build_float_div(one, self.fcall("llvm.sqrt", v)?, "rsqrt")?,
@@ -196,10 +207,11 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             UnaryOp::Sin => self.fcall("llvm.sin", v)?,
             UnaryOp::Cos => self.fcall("llvm.cos", v)?,
             UnaryOp::Tanh => self.fcall("tanh", v)?,
+            UnaryOp::Erf if v.get_type() == self.f32t() => self.erff(v)?,
             UnaryOp::Erf => self.fcall("erf", v)?,
             UnaryOp::Sigmoid => {
                 let n = b.build_float_neg(v, "n")?;
-                let e = self.fcall("llvm.exp", n)?;
+                let e = self.exp(n)?;
                 let s = b.build_float_add(one, e, "s")?;
                 b.build_float_div(one, s, "sig")?
             }
