@@ -140,7 +140,14 @@ fn run_on_unbuilt_device_says_not_available() {
     let dir = tempfile::tempdir().unwrap();
     let file = write(dir.path(), "mlp.smelt", MLP);
     let outp = dir.path().join("out.safetensors");
-    for device in ["cuda", "cuda:1"] {
+    // Device 64 exists on no machine (plain `cuda` is device 0, which a GPU machine has).
+    let gpu = smelt::Device::Cuda(0).resolve().is_ok();
+    let devices: &[&str] = if gpu {
+        &["cuda:64"]
+    } else {
+        &["cuda", "cuda:64"]
+    };
+    for &device in devices {
         let out = smelt(&[
             "run",
             &file,

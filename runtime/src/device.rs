@@ -26,8 +26,11 @@ impl Device {
         let cpu = crate::cpu::jit_target();
         match self {
             Device::Reference => Ok(Device::Reference),
-            // No CUDA launch path yet: the best device is the CPU JIT when it is compiled in.
-            Device::Auto => Ok(if cpu.is_ok() {
+            // A GPU when device 0 is usable and NVRTC (needed to compile for it) loads; else the
+            // CPU JIT when it is compiled in; else the interpreter.
+            Device::Auto => Ok(if auto_gpu() {
+                Device::Cuda(0)
+            } else if cpu.is_ok() {
                 Device::Cpu
             } else {
                 Device::Reference
@@ -39,14 +42,21 @@ impl Device {
                     reason: format!("{e}; use --device reference"),
                 }),
             },
-            Device::Cuda(_) => Err(RuntimeError::DeviceNotAvailable {
-                device: self,
-                reason: "the CUDA backend generates and compiles kernels but cannot launch them \
-                         yet; use --device cpu or reference"
-                    .into(),
-            }),
+            // The driver loads, cuInit succeeds and device n exists; the reason names what is
+            // missing otherwise (libcuda not found, cuInit's error, no device n).
+            Device::Cuda(n) => match crate::cuda::cuda_device(n) {
+                Ok(_) => Ok(Device::Cuda(n)),
+                Err(e) => Err(RuntimeError::DeviceNotAvailable {
+                    device: self,
+                    reason: format!("{e}\nuse --device cpu or reference"),
+                }),
+            },
         }
     }
+}
+
+fn auto_gpu() -> bool {
+    crate::cuda::cuda_device(0).is_ok() && crate::cuda::nvrtc().is_ok()
 }
 
 impl fmt::Display for Device {
@@ -101,15 +111,39 @@ mod tests {
     }
 
     #[test]
-    fn auto_picks_the_cpu_jit_when_compiled_in() {
-        let e = Device::Cuda(0).resolve().unwrap_err().to_string();
-        assert!(e.contains("not available") && e.contains("cuda:0"), "{e}");
-        let want = if cfg!(feature = "llvm") {
+    fn auto_picks_the_gpu_else_the_cpu_jit_when_compiled_in() {
+        let gpu = crate::cuda::cuda_device(0).is_ok();
+        match Device::Cuda(0).resolve() {
+            Ok(d) => assert!(gpu && d == Device::Cuda(0)),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(!gpu);
+                assert!(e.contains("not available") && e.contains("cuda:0"), "{e}");
+                // Without a driver the reason names libcuda; with one, cuInit or the device.
+                assert!(
+                    e.contains("libcuda") || e.contains("cuInit") || e.contains("no CUDA device"),
+                    "{e}"
+                );
+            }
+        }
+        let want = if auto_gpu() {
+            Device::Cuda(0)
+        } else if cfg!(feature = "llvm") {
             Device::Cpu
         } else {
             Device::Reference
         };
         assert_eq!(Device::Auto.resolve().unwrap(), want);
         assert_eq!(Device::Cpu.resolve().is_ok(), cfg!(feature = "llvm"));
+    }
+
+    #[test]
+    fn a_missing_device_number_is_named() {
+        if let Err(e) = Device::Cuda(4096).resolve() {
+            let e = e.to_string();
+            assert!(e.contains("cuda:4096"), "{e}");
+        } else {
+            panic!("no machine has 4097 GPUs");
+        }
     }
 }

@@ -22,4 +22,6 @@ pub enum RuntimeError {
     Cuda(#[from] crate::cuda::CudaError),
     #[error(transparent)]
     Cpu(#[from] crate::cpu::CpuError),
+    #[error(transparent)]
+    CudaExec(#[from] crate::cuda::CudaExecError),
 }

@@ -3,11 +3,13 @@
 //!
 //! - [`cache`]: the on-disk + in-memory kernel cache, namespaced per target.
 //! - [`cpu`]: the kernel calling convention of JIT'd CPU kernels, the worker pool, batched GEMM.
-//! - [`cuda`]: finding libnvrtc/libcuda/ptxas without panicking, NVRTC compilation.
+//! - [`cuda`]: finding libnvrtc/libcuda/cuBLAS/ptxas without panicking, NVRTC compilation, and
+//!   the launch path: [`cuda::launch::LaunchPlan`] (pure data, tested without a GPU) and
+//!   [`cuda::CudaProgram`] (runs it: device arena, streams, cuBLAS, device tensors).
 //!
-//! Graphs still run on the reference interpreter (`smelt_ir::interp`): `Device::Cpu` and
-//! `Device::Cuda(n)` answer [`RuntimeError::DeviceNotAvailable`] until kernel code generation
-//! (issues 4 and 5) connects these pieces.
+//! [`Device::resolve`] picks where a graph runs: `Cuda(n)` when the driver loads, `cuInit`
+//! succeeds and device `n` exists; `Auto` prefers GPU 0 (with NVRTC), then the CPU JIT, then the
+//! reference interpreter (`smelt_ir::interp`).
 
 mod bindings;
 pub mod cache;

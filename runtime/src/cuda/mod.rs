@@ -11,17 +11,29 @@
 //! - [`compile_cuda`]: source → [`CompiledKernel`] (a cubin, or PTX when the GPU is newer than
 //!   NVRTC: see [`OutputKind`]); [`compile_cuda_cached`] goes through a [`KernelCache`].
 //! - [`driver()`] / [`cublas()`]: call before any `cudarc::driver` / `cudarc::cublas` use.
+//! - [`launch`]: the launch plan of a program (pure data, tested without a GPU);
+//!   [`CudaProgram`] (`exec`): runs it on a GPU ([`cuda_device`] resolves one).
 
 mod compile;
+pub mod cublas_lib;
 mod driver;
 mod error;
+mod exec;
+mod exec_error;
+pub mod launch;
 mod nvrtc_lib;
 pub mod probe;
 mod ptxas;
 
 pub use compile::{compile_cuda, Arch, CompileOptions, CompiledKernel, KernelImage, OutputKind};
+pub use cudarc::driver::{CudaContext, CudaStream};
 pub use driver::{cublas, driver, BoundLibrary, Driver};
 pub use error::{numbered_source, Attempt, CompileFailure, CudaComponent, CudaError, CudaResult};
+pub use exec::{
+    cuda_context, cuda_device, device_copy_bandwidth, CudaCodegen, CudaDeviceInfo, CudaOptions,
+    CudaProgram, DeviceTensor,
+};
+pub use exec_error::{CudaExecError, ExecResult};
 pub use nvrtc_lib::{nvrtc, Nvrtc};
 pub use probe::{FoundVia, LibraryLocation, ProbeConfig};
 pub use ptxas::{assemble_ptx, assemble_ptx_with, ptxas_path};

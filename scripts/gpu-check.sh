@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# The GPU check: runs smelt's CUDA launch path on a machine with an NVIDIA GPU and NO Rust
+# toolchain, from the prebuilt binaries of scripts/build-gpu-bundle.sh (gpu-bundle/ at the repo
+# root). Writes one log per step and summary.txt into RESULTS_DIR.
+#
+# Usage (from the repo root, bundle present):  scripts/gpu-check.sh RESULTS_DIR
+#
+# Steps (each under `timeout`, the whole run under a hard budget, default 450 s < 8 min):
+#   env         find libcuda.so.1, libnvrtc.so.13/.12, libcublas.so.13/.12 and cuda_fp16.h
+#               (system paths, /usr/local/cuda*, python site-packages nvidia/*/lib), export
+#               SMELT_CUDA_DRIVER_LIB / SMELT_NVRTC_LIB / SMELT_CUBLAS_LIB / SMELT_CUDA_INCLUDE
+#               and LD_LIBRARY_PATH; no libcuda or no GPU → a "NO GPU" summary at once, exit 2
+#   nvidia-smi  the GPU, driver and memory
+#   cuda_exec   the launch-path tests with SMELT_REQUIRE_GPU=1 (a skip is a failure)
+#   smelt_bench `smelt bench --device cuda` (full shapes, short series; bench.json, bench.svg)
+#   cuda_exec_fuzz  the differential fuzz with SMELT_FUZZ_CASES (default 150)
+#   unit        the runtime's unit tests (launch plan, cuBLAS mapping, device resolution)
+#   cache_*     the kernel-cache tests; cuda_probe, cuda_nvrtc (SMELT_REQUIRE_NVRTC=1)
+#   smelt_demo  `smelt demo --device cuda`
+#   peers       benches/peers/peers.py (PyTorch eager, torch.compile) when torch is installed
+#   cuda_codegen  the corpus kernels compile with this machine's NVRTC (last: slowest)
+#
+# Environment: SMELT_GPU_CHECK_BUDGET (seconds, default 450), SMELT_FUZZ_CASES (default 150),
+# SMELT_GPU_BUNDLE (default <repo>/gpu-bundle). Exit status: 0 all passed, 1 a step failed,
+# 2 no GPU / no bundle.
+set -u
+
+results="${1:?usage: scripts/gpu-check.sh RESULTS_DIR}"
+mkdir -p "$results"
+results="$(cd "$results" && pwd)"
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+bundle="${SMELT_GPU_BUNDLE:-$repo/gpu-bundle}"
+bin="$bundle/bin"
+budget="${SMELT_GPU_CHECK_BUDGET:-450}"
+start=$(date +%s)
+summary="$results/summary.txt"
+: >"$summary"
+failed=0
+
+say() { echo "$*" | tee -a "$summary"; }
+elapsed() { echo $(($(date +%s) - start)); }
+
+finish() {
+  say "total: $(elapsed) s of a ${budget} s budget"
+  if [[ "$1" == 0 ]]; then say "OVERALL: PASS"; else say "OVERALL: FAIL ($2)"; fi
+  exit "$1"
+}
+
+# step NAME MAX_SECONDS COMMAND...: runs COMMAND with output in NAME.log, under the smaller of
+# MAX_SECONDS and what is left of the budget; records PASS / FAIL (rc) / TIMEOUT / SKIPPED.
+step() {
+  local name="$1" max="$2"
+  shift 2
+  local left=$((budget - $(elapsed) - 10))
+  local t=$((max < left ? max : left))
+  if ((t < 5)); then
+    say "$(printf '%-14s SKIPPED (overall budget spent)' "$name")"
+    failed=1
+    return 1
+  fi
+  local s0 rc
+  s0=$(date +%s)
+  timeout --kill-after=5 "$t" "$@" >"$results/$name.log" 2>&1
+  rc=$?
+  local took=$(($(date +%s) - s0))
+  if ((rc == 0)); then
+    say "$(printf '%-14s PASS     %4d s' "$name" "$took")"
+  elif ((rc == 124 || rc == 137)); then
+    say "$(printf '%-14s TIMEOUT  %4d s (limit %d s)' "$name" "$took" "$t")"
+    failed=1
+  else
+    say "$(printf '%-14s FAIL     %4d s (exit %d), see %s.log' "$name" "$took" "$rc" "$name")"
+    # The failing tests' names and first panic lines, for a quick read.
+    grep -E "^test .* FAILED|panicked at|^error|FAIL" "$results/$name.log" | head -20 |
+      sed 's/^/    /' | tee -a "$summary"
+    failed=1
+  fi
+  return "$rc"
+}
+
+say "smelt gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+if [[ ! -x "$bin/cuda_exec" ]]; then
+  say "NO BUNDLE: $bin/cuda_exec is missing; run scripts/build-gpu-bundle.sh on a build machine"
+  finish 2 "no bundle"
+fi
+[[ -f "$bundle/MANIFEST.txt" ]] && sed 's/^/  /' "$bundle/MANIFEST.txt" >>"$summary"
+
+# ---------------------------------------------------------------- library discovery
+site_dirs() {
+  if command -v python3 >/dev/null 2>&1; then
+    timeout 10 python3 -c 'import site, sys
+for p in site.getsitepackages() + [site.getusersitepackages()]: print(p)' 2>/dev/null
+  fi
+  ls -d /usr/lib/python3*/{site,dist}-packages /usr/local/lib/python3*/{site,dist}-packages \
+    /opt/conda/lib/python3*/site-packages /root/.local/lib/python3*/site-packages \
+    /opt/*/lib/python3*/site-packages 2>/dev/null
+}
+mapfile -t sites < <(site_dirs | sort -u)
+
+# Folders that may hold CUDA libraries, most specific first.
+lib_dirs=()
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+  /usr/local/cuda-*/targets/x86_64-linux/lib; do
+  [[ -d "$d" ]] && lib_dirs+=("$d")
+done
+for s in "${sites[@]}" "$repo/.cuda"; do
+  for d in "$s"/nvidia/*/lib "$s"/nvidia/cu1*/lib; do
+    [[ -d "$d" ]] && lib_dirs+=("$d")
+  done
+done
+sys_dirs=(/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /lib/x86_64-linux-gnu /usr/lib/wsl/lib
+  /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/nvidia)
+
+ldconfig="$(command -v ldconfig || echo /sbin/ldconfig)"
+
+# find_lib NAME...: the first existing file with one of the names, in lib_dirs, sys_dirs or
+# ldconfig's cache.
+find_lib() {
+  local n d
+  for n in "$@"; do
+    for d in "${lib_dirs[@]}" "${sys_dirs[@]}"; do
+      [[ -e "$d/$n" ]] && { echo "$d/$n"; return 0; }
+    done
+    local hit
+    hit="$("$ldconfig" -p 2>/dev/null | awk -v n="$n" '$1 == n { print $NF; exit }')"
+    [[ -n "$hit" && -e "$hit" ]] && { echo "$hit"; return 0; }
+  done
+  return 1
+}
+
+{
+  echo "site-packages: ${sites[*]:-none}"
+  echo "library folders: ${lib_dirs[*]:-none}"
+} >"$results/env.log"
+
+driver_lib="${SMELT_CUDA_DRIVER_LIB:-$(find_lib libcuda.so.1 libcuda.so)}"
+if [[ -z "$driver_lib" ]]; then
+  say "NO GPU: libcuda.so.1 not found (no NVIDIA driver on this machine); looked in ${sys_dirs[*]} and ldconfig"
+  finish 2 "no GPU"
+fi
+nvrtc_lib="${SMELT_NVRTC_LIB:-$(find_lib libnvrtc.so.13 libnvrtc.so.12 libnvrtc.so)}"
+cublas_lib="${SMELT_CUBLAS_LIB:-$(find_lib libcublas.so.13 libcublas.so.12 libcublas.so)}"
+include=""
+for d in "${SMELT_CUDA_INCLUDE:-}" /usr/local/cuda/include /usr/local/cuda-*/include \
+  /usr/local/cuda/targets/x86_64-linux/include; do
+  [[ -n "$d" && -f "$d/cuda_fp16.h" ]] && { include="$d"; break; }
+done
+if [[ -z "$include" ]]; then
+  for s in "${sites[@]}" "$repo/.cuda"; do
+    for d in "$s"/nvidia/cuda_runtime/include "$s"/nvidia/cu1*/include "$s"/nvidia/*/include; do
+      [[ -f "$d/cuda_fp16.h" ]] && { include="$d"; break 2; }
+    done
+  done
+fi
+
+export SMELT_CUDA_DRIVER_LIB="$driver_lib"
+[[ -n "$nvrtc_lib" ]] && export SMELT_NVRTC_LIB="$nvrtc_lib"
+[[ -n "$cublas_lib" ]] && export SMELT_CUBLAS_LIB="$cublas_lib"
+[[ -n "$include" ]] && export SMELT_CUDA_INCLUDE="$include"
+ld=""
+for f in "$driver_lib" "$nvrtc_lib" "$cublas_lib"; do
+  [[ -n "$f" ]] && ld="$ld:$(dirname "$f")"
+done
+export LD_LIBRARY_PATH="${ld#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The kernel cache lives outside RESULTS_DIR (which may be copied back): a fresh, cold one.
+SMELT_CACHE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/smelt-gpu-check-cache.XXXXXX")"
+export SMELT_CACHE_DIR
+export SMELT_FUZZ_CASES="${SMELT_FUZZ_CASES:-150}"
+export RUST_BACKTRACE=1
+{
+  echo "SMELT_CUDA_DRIVER_LIB=$SMELT_CUDA_DRIVER_LIB"
+  echo "SMELT_NVRTC_LIB=${SMELT_NVRTC_LIB:-<not found>}"
+  echo "SMELT_CUBLAS_LIB=${SMELT_CUBLAS_LIB:-<not found: GEMMs use the fallback kernel>}"
+  echo "SMELT_CUDA_INCLUDE=${SMELT_CUDA_INCLUDE:-<not found>}"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  echo "SMELT_FUZZ_CASES=$SMELT_FUZZ_CASES"
+} | tee -a "$results/env.log" | sed 's/^/  /' >>"$summary"
+
+if ! step nvidia-smi 30 nvidia-smi; then
+  say "NO GPU: nvidia-smi failed (see nvidia-smi.log)"
+  finish 2 "no GPU"
+fi
+grep -E "NVIDIA-SMI|CUDA Version|H100|H200|A100|MiB" "$results/nvidia-smi.log" | head -6 |
+  sed 's/^/    /' >>"$summary"
+[[ -z "$nvrtc_lib" ]] && say "warning: no libnvrtc found: every compile will fail"
+
+req=(env SMELT_REQUIRE_GPU=1 SMELT_REQUIRE_NVRTC=1)
+fuzz=random_graphs_match_the_interpreter_on_the_gpu
+# Most valuable first: the launch path, then the figures, then the long tails.
+step cuda_exec 120 "${req[@]}" "$bin/cuda_exec" --show-output --skip "$fuzz"
+if timeout 10 "$bin/smelt" --help 2>/dev/null | grep -qw bench; then
+  # Full shapes, short series: device-resident fused vs unfused next to a device copy reference.
+  step smelt_bench 150 "$bin/smelt" bench --device cuda --min-time-ms 150 \
+    --json "$results/bench.json" --chart "$results/bench.svg"
+else
+  say "$(printf '%-14s SKIPPED (this smelt has no bench subcommand)' smelt_bench)"
+fi
+step cuda_exec_fuzz 120 "${req[@]}" "$bin/cuda_exec" --show-output --exact "$fuzz"
+step unit 40 "$bin/smelt_runtime_lib"
+step cache_entries 30 "$bin/cache_entries"
+step cache_concurrency 40 "$bin/cache_concurrency"
+step cuda_probe 20 "$bin/cuda_probe"
+step cuda_nvrtc 40 env SMELT_REQUIRE_NVRTC=1 "$bin/cuda_nvrtc"
+step smelt_demo 40 "$bin/smelt" demo --device cuda
+# PyTorch eager and torch.compile on the same cases, when the machine has PyTorch (best
+# effort: a missing torch or a timeout does not fail the check).
+if [[ -f "$results/bench.json" ]] && timeout 20 python3 -c 'import torch' 2>/dev/null; then
+  timeout 120 python3 benches/peers/peers.py --device cuda --smelt "$results/bench.json" \
+    --json "$results/peers.json" >"$results/peers.log" 2>&1 &&
+    say "$(printf '%-14s DONE' peers)" || say "$(printf '%-14s INCOMPLETE (see peers.log)' peers)"
+fi
+# The 200-random-graph compile test is left out: it needs minutes, and cuda_exec's fuzz already
+# compiles (and runs) random graphs with this NVRTC.
+step cuda_codegen 90 env SMELT_REQUIRE_NVRTC=1 "$bin/cuda_codegen" --skip random_graphs
+
+if ((failed)); then finish 1 "a step failed"; else finish 0 ""; fi
