@@ -19,21 +19,26 @@
 //! assert_eq!(out.get("y").unwrap().to_f32_vec(), vec![3.0, 3.0]);
 //! ```
 //!
-//! `Device::Auto` (the default) runs the fused kernels JIT-compiled for the host CPU when the
-//! `llvm` feature is on, else the reference interpreter. The CUDA backend (kernels generated and
-//! compiled with NVRTC) plugs in behind the same [`compile`] call once it can launch.
+//! `Device::Auto` (the default) runs on CUDA GPU 0 when one is usable and NVRTC loads (fused
+//! kernels compiled with NVRTC, GEMMs through cuBLAS; see `docs/cuda.md`), else the fused kernels
+//! JIT-compiled for the host CPU when the `llvm` feature is on, else the reference interpreter.
 
 /// The README's examples run as doctests, so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub mod bench;
 pub mod io;
 pub mod models;
 
 pub use smelt_frontend as frontend;
 pub use smelt_ir as ir;
 pub use smelt_ir::Signature;
+/// The GPU launch path: device tensors (runs without host copies), options, streams.
+pub use smelt_runtime::cuda::{
+    cuda_context, CudaCodegen, CudaContext, CudaOptions, CudaProgram, CudaStream, DeviceTensor,
+};
 pub use smelt_runtime::Device;
 
 use smelt_ir::{Graph, HostTensor};
@@ -74,6 +79,9 @@ pub struct Options {
     pub fast_math: bool,
     /// Parameters bound at compile time, by name; the rest are supplied at run time.
     pub params: HashMap<String, HostTensor>,
+    /// On a CUDA device: which code generator makes the kernels (CUDA C through NVRTC, the
+    /// default, or PTX through LLVM's NVPTX back end).
+    pub cuda_codegen: CudaCodegen,
 }
 
 impl Options {
@@ -108,6 +116,12 @@ enum Backend {
     Cpu {
         program: Box<smelt_passes::kernel::Program>,
         cpu: Box<smelt_runtime::cpu::CpuProgram>,
+    },
+    /// The lowered kernel program on a CUDA GPU.
+    Cuda {
+        program: Box<smelt_passes::kernel::Program>,
+        cuda: Box<smelt_runtime::cuda::CudaProgram>,
+        codegen: CudaCodegen,
     },
 }
 
@@ -146,6 +160,16 @@ pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
                 cpu: Box::new(cpu),
             }
         }
+        Device::Cuda(n) => {
+            let program = smelt_passes::kernel::lower(&optimized.graph, &optimized.plan)?;
+            let codegen = options.cuda_codegen;
+            let cuda = cuda_program(&program, &optimized.graph, &HashMap::new(), n, codegen)?;
+            Backend::Cuda {
+                program: Box::new(program),
+                cuda: Box::new(cuda),
+                codegen,
+            }
+        }
         _ => Backend::Reference,
     };
     let mut compiled = Compiled {
@@ -175,7 +199,43 @@ fn cpu_program(
     Ok(cpu)
 }
 
+fn cuda_err(e: smelt_runtime::cuda::CudaExecError) -> Error {
+    Error::Runtime(e.into())
+}
+
+/// Compiles `program` for CUDA device `device` with `params` bound, and gives its outputs the
+/// shapes of `graph`'s outputs (buffers are flat).
+fn cuda_program(
+    program: &smelt_passes::kernel::Program,
+    graph: &Graph,
+    params: &HashMap<String, HostTensor>,
+    device: usize,
+    codegen: CudaCodegen,
+) -> Result<smelt_runtime::cuda::CudaProgram> {
+    let options = smelt_runtime::cuda::CudaOptions {
+        device,
+        codegen,
+        ..Default::default()
+    };
+    let mut cuda =
+        smelt_runtime::cuda::CudaProgram::compile(program, params, &options).map_err(cuda_err)?;
+    for (name, id) in graph.outputs() {
+        cuda.set_output_shape(name, graph.ty(*id).shape.clone())
+            .map_err(cuda_err)?;
+    }
+    Ok(cuda)
+}
+
 impl Compiled {
+    /// The compiled CUDA program when the graph runs on a GPU: its device-tensor runs
+    /// ([`CudaProgram::run_device`]) chain graphs without host copies.
+    pub fn cuda_program(&self) -> Option<&CudaProgram> {
+        match &self.backend {
+            Backend::Cuda { cuda, .. } => Some(cuda),
+            _ => None,
+        }
+    }
+
     /// The device this graph runs on.
     pub fn device(&self) -> Device {
         self.device
@@ -235,8 +295,19 @@ impl Compiled {
         }
         self.params.extend(params);
         // The CPU program holds bound parameters; rebuild it with the new set.
-        if let Backend::Cpu { program, cpu } = &mut self.backend {
-            **cpu = cpu_program(program, &self.optimized.graph, &self.params)?;
+        match &mut self.backend {
+            Backend::Cpu { program, cpu } => {
+                **cpu = cpu_program(program, &self.optimized.graph, &self.params)?;
+            }
+            Backend::Cuda {
+                program,
+                cuda,
+                codegen,
+            } => {
+                let n = cuda.device_info().ordinal;
+                **cuda = cuda_program(program, &self.optimized.graph, &self.params, n, *codegen)?;
+            }
+            Backend::Reference => {}
         }
         Ok(())
     }
@@ -258,6 +329,7 @@ impl Compiled {
                     Error::Runtime(smelt_runtime::RuntimeError::from(e))
                 })?))
             }
+            Backend::Cuda { cuda, .. } => Ok(Outputs(cuda.run(inputs).map_err(cuda_err)?)),
         }
     }
 
@@ -273,6 +345,7 @@ impl Compiled {
             Backend::Cpu { cpu, .. } => cpu
                 .run_into(inputs, outputs)
                 .map_err(|e| Error::Runtime(smelt_runtime::RuntimeError::from(e))),
+            Backend::Cuda { cuda, .. } => cuda.run_into(inputs, outputs).map_err(cuda_err),
             Backend::Reference => {
                 let out = self.run(inputs)?;
                 if out.0.len() != outputs.len() {

@@ -58,6 +58,9 @@ enum Command {
         /// Run one kernel per op (the unfused baseline).
         #[arg(long)]
         no_fuse: bool,
+        /// On a GPU, generate the kernels with LLVM's NVPTX back end instead of NVRTC.
+        #[arg(long)]
+        ptx_llvm: bool,
     },
     /// Inspect or empty the compiled-kernel cache ($SMELT_CACHE_DIR, default ~/.cache/smelt).
     Cache {
@@ -74,6 +77,35 @@ enum Command {
         /// Number of encoder layers (bert-base only).
         #[arg(long, default_value_t = 12)]
         layers: usize,
+    },
+    /// Benchmark fused vs unfused on issue 6's cases, next to a copy-bandwidth reference.
+    /// Progress goes to stderr, the tables to stdout.
+    Bench {
+        /// cpu, cuda, cuda:N, reference or auto.
+        #[arg(long, default_value = "auto")]
+        device: String,
+        /// Only the cases with this name, or whose names contain it (repeatable).
+        #[arg(long = "case", value_name = "NAME")]
+        cases: Vec<String>,
+        /// Also write every figure as JSON.
+        #[arg(long, value_name = "OUT.json")]
+        json: Option<PathBuf>,
+        /// Also write an SVG bar chart, fused vs unfused per case.
+        #[arg(long, value_name = "OUT.svg")]
+        chart: Option<PathBuf>,
+        /// Small shapes and short series (a smoke test, not a measurement).
+        #[arg(long)]
+        quick: bool,
+        /// Bytes per array of the copy-bandwidth reference (default: 8x the last-level
+        /// cache, capped by the memory available).
+        #[arg(long, value_name = "BYTES", conflicts_with = "no_stream")]
+        stream_bytes: Option<u64>,
+        /// Skip the copy-bandwidth reference.
+        #[arg(long)]
+        no_stream: bool,
+        /// Minimum time per timed series, in milliseconds (default 500, 20 with --quick).
+        #[arg(long, value_name = "MS")]
+        min_time_ms: Option<u64>,
     },
     /// Compile a built-in model (a BERT-style encoder layer) and run it on the best device.
     Demo {
@@ -111,6 +143,7 @@ fn main() -> ExitCode {
             out: out_path,
             device,
             no_fuse,
+            ptx_llvm,
         } => run(
             &mut out,
             &file,
@@ -118,8 +151,40 @@ fn main() -> ExitCode {
             &out_path,
             &device,
             no_fuse,
+            ptx_llvm,
         ),
         Command::Demo { device, seq } => demo(&mut out, &device, seq),
+        Command::Bench {
+            device,
+            cases,
+            json,
+            chart,
+            quick,
+            stream_bytes,
+            no_stream,
+            min_time_ms,
+        } => {
+            let stream = match (no_stream, stream_bytes) {
+                (true, _) => None,
+                (false, Some(b)) => Some(smelt::bench::stream::StreamSize::Bytes(b)),
+                (false, None) if quick => Some(smelt::bench::stream::StreamSize::Bytes(16 << 20)),
+                (false, None) => Some(smelt::bench::stream::StreamSize::Auto),
+            };
+            bench(
+                &mut out,
+                &device,
+                smelt::bench::BenchOptions {
+                    device: Device::Auto,
+                    cases,
+                    quick,
+                    min_time: min_time_ms.map(std::time::Duration::from_millis),
+                    stream,
+                    command: std::env::args().collect::<Vec<_>>().join(" "),
+                },
+                json.as_deref(),
+                chart.as_deref(),
+            )
+        }
         Command::Model { name, seq, layers } => model(&mut out, &name, seq, layers),
         Command::Cache { action } => {
             cache(&mut out, action);
@@ -256,6 +321,7 @@ fn run(
     out_path: &Path,
     device: &str,
     no_fuse: bool,
+    ptx_llvm: bool,
 ) -> smelt::Result<()> {
     let graph = load_graph(file)?;
     let device: Device = device.parse().map_err(smelt::Error::Runtime)?;
@@ -268,6 +334,11 @@ fn run(
         Options {
             device,
             no_fuse,
+            cuda_codegen: if ptx_llvm {
+                smelt::CudaCodegen::Llvm
+            } else {
+                smelt::CudaCodegen::Nvrtc
+            },
             ..Options::default()
         },
     )?;
@@ -293,6 +364,33 @@ fn demo(out: &mut String, device: &str, seq: usize) -> smelt::Result<()> {
     let device: Device = device.parse().map_err(smelt::Error::Runtime)?;
     let report = models::run_demo(device, seq)?;
     out.push_str(&report);
+    Ok(())
+}
+
+fn bench(
+    out: &mut String,
+    device: &str,
+    mut opts: smelt::bench::BenchOptions,
+    json: Option<&Path>,
+    chart: Option<&Path>,
+) -> smelt::Result<()> {
+    opts.device = device.parse().map_err(smelt::Error::Runtime)?;
+    let report = smelt::bench::run_suite(&opts, &mut |line| eprintln!("{line}"))?;
+    out.push_str(&smelt::bench::report::tables(&report));
+    let write = |path: &Path, text: &str| {
+        std::fs::write(path, text).map_err(|e| smelt::Error::File {
+            path: path.to_path_buf(),
+            message: format!("cannot write: {e}"),
+        })
+    };
+    if let Some(path) = json {
+        write(path, &smelt::bench::report::to_json(&report)?)?;
+        let _ = writeln!(out, "wrote {}", path.display());
+    }
+    if let Some(path) = chart {
+        write(path, &smelt::bench::chart::svg(&report))?;
+        let _ = writeln!(out, "wrote {}", path.display());
+    }
     Ok(())
 }
 

@@ -1,0 +1,107 @@
+//! Issue 6's cases under criterion: every case of `smelt::bench::cases` fused and unfused, on
+//! the CPU and on CUDA device 0 when it resolves, with `Throughput::Bytes` of the case's
+//! minimal bytes (each input and parameter read once, each output written once), so criterion
+//! prints achieved bandwidth. Timed calls are `run_into` with preallocated outputs; the GPU
+//! backend's `run_into` synchronises before returning, so wall-clock timing is valid there.
+//!
+//! `cargo bench --bench cases` (all), `cargo bench --bench cases -- softmax` (a filter).
+//! `smelt bench` measures the same cases with a copy-bandwidth reference and more detail.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use smelt::bench::cases::{self, Size};
+use smelt::{compile_with, Device, Options};
+use std::time::Duration;
+
+fn devices() -> Vec<Device> {
+    let mut d = vec![Device::Cpu];
+    if Device::Cuda(0).resolve().is_ok() {
+        d.push(Device::Cuda(0));
+    }
+    d
+}
+
+/// Criterion's name filter (the first free argument), so that filtered-out cases are not even
+/// traced and compiled: the big ones allocate hundreds of megabytes.
+fn filter() -> Option<String> {
+    const WITH_VALUE: &[&str] = &[
+        "--save-baseline",
+        "--baseline",
+        "--baseline-lenient",
+        "--load-baseline",
+        "--sample-size",
+        "--warm-up-time",
+        "--measurement-time",
+        "--nresamples",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--profile-time",
+        "--color",
+        "--output-format",
+        "--plotting-backend",
+        "--format",
+    ];
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if WITH_VALUE.contains(&a.as_str()) {
+            args.next();
+        } else if !a.starts_with('-') {
+            return Some(a);
+        }
+    }
+    None
+}
+
+fn bench_cases(c: &mut Criterion) {
+    let devices = devices();
+    let filter = filter();
+    for case in cases::all() {
+        if let Some(f) = &filter {
+            if !(f.contains(case.name) || case.name.contains(f.as_str())) {
+                continue;
+            }
+        }
+        let graph = case.build(Size::Full).expect("the case traces");
+        let (inputs, params) = cases::data(&graph, 1).expect("f32 data");
+        let mut group = c.benchmark_group(case.name);
+        group
+            .throughput(Throughput::Bytes(cases::min_bytes(&graph)))
+            .sample_size(10)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(2));
+        for &device in &devices {
+            for (label, no_fuse) in [("unfused", true), ("fused", false)] {
+                let compiled = compile_with(
+                    &graph,
+                    Options {
+                        device,
+                        no_fuse,
+                        params: params.clone(),
+                        ..Options::default()
+                    },
+                )
+                .expect("the case compiles");
+                let g = compiled.graph();
+                let mut outputs: Vec<_> = g
+                    .outputs()
+                    .iter()
+                    .map(|(_, id)| {
+                        let ty = g.ty(*id);
+                        smelt::ir::HostTensor::zeros(ty.dtype, ty.shape.clone())
+                    })
+                    .collect();
+                group.bench_function(format!("{label}-{device}"), |b| {
+                    b.iter(|| {
+                        compiled
+                            .run_into(&inputs, &mut outputs)
+                            .expect("the case runs")
+                    })
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench_cases);
+criterion_main!(benches);

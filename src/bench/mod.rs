@@ -1,0 +1,174 @@
+//! The benchmark harness of `smelt bench` (issue 6): every case of [`cases`] fused and
+//! unfused on one device, timed with preallocated outputs (`run_into`) and fresh ones (`run`),
+//! next to a copy-bandwidth reference ([`stream`]) measured before and after the suite.
+//!
+//! - [`cases`]: the case list (shared with `cargo bench --bench cases` and mirrored by
+//!   `benches/peers/peers.py`), minimal bytes, deterministic data.
+//! - [`stream`]: the copy bandwidth reference.
+//! - [`run`]: measuring one case.
+//! - [`report`]: the printed tables and the JSON form.
+//! - [`chart`]: an SVG bar chart, fused vs unfused per case.
+
+pub mod cases;
+pub mod chart;
+pub mod report;
+pub mod run;
+pub mod stream;
+
+use crate::{Device, Result};
+use cases::Size;
+use run::Budget;
+use serde::Serialize;
+use std::time::Duration;
+use stream::{StreamPlan, StreamResult, StreamSize};
+
+/// How much the two copy-bandwidth measurements may differ before the run is flagged.
+pub const STREAM_TOLERANCE: f64 = 0.10;
+
+/// What `smelt bench` was asked to do.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub device: Device,
+    /// Case names or substrings (see [`cases::select`]); empty = all.
+    pub cases: Vec<String>,
+    /// Small shapes and short series.
+    pub quick: bool,
+    /// Overrides the budget's minimum time per series.
+    pub min_time: Option<Duration>,
+    /// `None`: no copy-bandwidth reference.
+    pub stream: Option<StreamSize>,
+    /// The command line, recorded in the report.
+    pub command: String,
+}
+
+/// The copy-bandwidth reference of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamReport {
+    pub plan: StreamPlan,
+    pub before: StreamResult,
+    pub after: StreamResult,
+    /// |after − before| / before.
+    pub change: f64,
+    /// The reference percentages refer to: the mean of before and after, GB/s.
+    pub reference_gbps: f64,
+    /// Set when `change` exceeds 10%: the machine was not in the same state throughout.
+    pub flagged: bool,
+}
+
+/// Where and when the run happened.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    pub cpu: String,
+    pub threads: usize,
+    pub memory_bytes: Option<u64>,
+    pub os: String,
+}
+
+/// The whole run: what `--json` writes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub smelt_version: String,
+    /// UTC, ISO 8601.
+    pub date: String,
+    pub command: String,
+    pub machine: Machine,
+    /// The resolved device.
+    pub device: String,
+    pub quick: bool,
+    pub min_time_ms: f64,
+    pub min_iters: usize,
+    pub stream: Option<StreamReport>,
+    pub cases: Vec<run::CaseResult>,
+}
+
+/// Runs the suite; `progress` gets one line per step (the CLI prints them on stderr).
+pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<Report> {
+    // Fail before measuring anything: an unknown case or an unusable device.
+    let selected = cases::select(&opts.cases)?;
+    let device = opts.device.resolve()?;
+    let size = if opts.quick { Size::Quick } else { Size::Full };
+    let mut budget = if opts.quick {
+        Budget::quick()
+    } else {
+        Budget::standard()
+    };
+    if let Some(t) = opts.min_time {
+        budget.min_time = t;
+    }
+    let reps = if opts.quick { 2 } else { 5 };
+
+    // On a GPU the reference is a device-to-device copy, and cases are timed on device
+    // tensors (see `run`); on the CPU, a STREAM copy with the pool's threads.
+    let gpu = match device {
+        Device::Cuda(n) => Some(n),
+        _ => None,
+    };
+    let stream_plan = opts.stream.map(|s| match gpu {
+        Some(_) => stream::gpu_plan(),
+        None => stream::plan(s),
+    });
+    let measure_copy = |p: &StreamPlan| -> Result<StreamResult> {
+        match gpu {
+            Some(n) => stream::measure_gpu(n, p, reps),
+            None => Ok(stream::measure(p, reps)),
+        }
+    };
+    let before = match &stream_plan {
+        Some(p) => {
+            progress(&format!(
+                "copy bandwidth (before): 2 x {:.0} MB arrays, {}",
+                p.array_bytes as f64 / 1e6,
+                if gpu.is_some() {
+                    "device to device".to_string()
+                } else {
+                    format!("{} threads", p.threads)
+                }
+            ));
+            Some(measure_copy(p)?)
+        }
+        None => None,
+    };
+    let n = selected.len();
+    let mut results = Vec::with_capacity(n);
+    for (i, case) in selected.iter().enumerate() {
+        let mut step = |what: &str| {
+            progress(&format!("[{}/{n}] {}: {what}", i + 1, case.name));
+        };
+        let copy = before.map(|b| b.gbps);
+        let r = run::measure(case, size, device, &budget, copy, &mut step)?;
+        progress(&format!("[{}/{n}] {}", i + 1, report::summary(&r)));
+        results.push(r);
+    }
+    let stream = match (stream_plan, before) {
+        (Some(plan), Some(before)) => {
+            progress("copy bandwidth (after)");
+            let after = measure_copy(&plan)?;
+            let change = (after.gbps - before.gbps).abs() / before.gbps.max(1e-12);
+            let reference_gbps = (before.gbps + after.gbps) / 2.0;
+            for r in &mut results {
+                r.set_copy_reference(Some(reference_gbps));
+            }
+            Some(StreamReport {
+                plan,
+                before,
+                after,
+                change,
+                reference_gbps,
+                flagged: change > STREAM_TOLERANCE,
+            })
+        }
+        _ => None,
+    };
+    Ok(Report {
+        smelt_version: env!("CARGO_PKG_VERSION").to_string(),
+        date: report::utc_now(),
+        command: opts.command.clone(),
+        machine: report::machine(),
+        device: device.to_string(),
+        quick: opts.quick,
+        min_time_ms: budget.min_time.as_secs_f64() * 1e3,
+        min_iters: budget.min_iters,
+        stream,
+        cases: results,
+    })
+}

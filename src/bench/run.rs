@@ -1,0 +1,362 @@
+//! Measuring one case: compile (cold and from the in-process cache), fused and unfused, then
+//! time `run_into` (preallocated outputs) and `run` (fresh outputs) of both plans, the two
+//! plans alternately call by call (so the speedup is a side-by-side ratio).
+//!
+//! Timing is wall clock around whole calls. Every backend's runs return only when their outputs
+//! are complete (the GPU backend synchronises its stream first), so no device-specific timer is
+//! needed. On a GPU the timed calls are the device-tensor runs (`run_device_into` for
+//! preallocated outputs, `run_device` for fresh ones): inputs and outputs stay on the device, so
+//! the figures are the kernels', not the PCIe bus's.
+
+use super::cases::{self, Case, Size};
+use crate::{compile_with, Compiled, CudaProgram, Device, DeviceTensor, Options, Result};
+use serde::Serialize;
+use smelt_ir::HostTensor;
+use smelt_passes::SaturationReport;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How long to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// Keep timing a series until it has run about this long (two series alternating: twice
+    /// this for the pair) …
+    pub min_time: Duration,
+    /// … and at least this many timed calls.
+    pub min_iters: usize,
+    /// Never more than this many timed calls.
+    pub max_iters: usize,
+}
+
+impl Budget {
+    /// The default: 0.5 s and 5 calls per series (the whole suite takes a few minutes on
+    /// two cores).
+    pub fn standard() -> Budget {
+        Budget {
+            min_time: Duration::from_millis(500),
+            min_iters: 5,
+            max_iters: 100_000,
+        }
+    }
+
+    /// `--quick`: a handful of calls.
+    pub fn quick() -> Budget {
+        Budget {
+            min_time: Duration::from_millis(20),
+            min_iters: 3,
+            max_iters: 1_000,
+        }
+    }
+}
+
+/// One timed series.
+#[derive(Clone, Debug, Serialize)]
+pub struct Timing {
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub iterations: usize,
+    /// Minimal bytes over the median time, GB/s (10^9 bytes per second).
+    pub gbps: f64,
+    /// `gbps` as a percentage of the measured copy bandwidth, when measured.
+    pub pct_of_copy: Option<f64>,
+}
+
+impl Timing {
+    /// Recomputes `pct_of_copy` against `copy_gbps`.
+    pub fn set_copy_reference(&mut self, copy_gbps: Option<f64>) {
+        self.pct_of_copy = copy_gbps
+            .filter(|c| *c > 0.0)
+            .map(|c| 100.0 * self.gbps / c);
+    }
+}
+
+/// Both series of one plan.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanTimes {
+    /// Preallocated outputs (`run_into`).
+    pub run_into: Timing,
+    /// Fresh outputs (`run`).
+    pub run: Timing,
+}
+
+impl CaseResult {
+    /// Recomputes every `pct_of_copy` against `copy_gbps`.
+    pub fn set_copy_reference(&mut self, copy_gbps: Option<f64>) {
+        for p in [&mut self.unfused, &mut self.fused] {
+            p.run_into.set_copy_reference(copy_gbps);
+            p.run.set_copy_reference(copy_gbps);
+        }
+    }
+}
+
+/// Compile times, milliseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct CompileTimes {
+    /// With the in-process JIT cache emptied first.
+    pub fused_cold_ms: f64,
+    /// The same graph again: kernels come from the cache.
+    pub fused_cached_ms: f64,
+    pub unfused_cold_ms: f64,
+    pub unfused_cached_ms: f64,
+}
+
+/// An e-graph run, as `smelt explain` prints it.
+#[derive(Clone, Debug, Serialize)]
+pub struct EgraphStats {
+    pub nodes: usize,
+    pub classes: usize,
+    pub iterations: usize,
+    pub stop_reason: String,
+}
+
+impl From<&SaturationReport> for EgraphStats {
+    fn from(r: &SaturationReport) -> EgraphStats {
+        EgraphStats {
+            nodes: r.egraph_nodes,
+            classes: r.egraph_classes,
+            iterations: r.iterations,
+            stop_reason: r.stop_reason.clone(),
+        }
+    }
+}
+
+/// Everything measured for one case.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaseResult {
+    pub name: String,
+    pub description: String,
+    pub graph: String,
+    pub shape: String,
+    /// Nodes of the traced graph (inputs, parameters and constants included).
+    pub graph_nodes: usize,
+    /// Every input and parameter read once, every output written once.
+    pub min_bytes: u64,
+    pub kernels_unfused: usize,
+    pub kernels_fused: usize,
+    pub unfused: PlanTimes,
+    pub fused: PlanTimes,
+    /// Unfused median over fused median, `run_into`.
+    pub speedup_run_into: f64,
+    /// Unfused median over fused median, `run`.
+    pub speedup_run: f64,
+    pub compile: CompileTimes,
+    /// The fused compile's simplification and fusion e-graphs.
+    pub egraph_simplify: EgraphStats,
+    pub egraph_fusion: EgraphStats,
+    /// Largest |fused − unfused| over all outputs (a sanity check, not a tolerance test).
+    pub max_abs_diff_fused_vs_unfused: f64,
+}
+
+/// Median, minimum and count of a series of wall times.
+type Series = (Duration, Duration, usize);
+
+fn summary(mut times: Vec<Duration>) -> Series {
+    times.sort();
+    (times[times.len() / 2], times[0], times.len())
+}
+
+/// Wall times of `a` and `b` under `budget`, after one untimed call each, measured
+/// *alternately* (a, b, a, b, …) so that a change in the machine's load during the series
+/// affects both alike: their ratio is measured side by side.
+fn time_pair(
+    budget: &Budget,
+    mut a: impl FnMut() -> Result<()>,
+    mut b: impl FnMut() -> Result<()>,
+) -> Result<(Series, Series)> {
+    a()?;
+    b()?;
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    while ta.len() < budget.max_iters.max(1)
+        && (ta.len() < budget.min_iters.max(1) || start.elapsed() < 2 * budget.min_time)
+    {
+        let t = Instant::now();
+        a()?;
+        ta.push(t.elapsed());
+        let t = Instant::now();
+        b()?;
+        tb.push(t.elapsed());
+    }
+    Ok((summary(ta), summary(tb)))
+}
+
+fn timing(t: Series, min_bytes: u64, copy_gbps: Option<f64>) -> Timing {
+    let median = t.0.as_secs_f64();
+    let gbps = min_bytes as f64 / median.max(1e-12) / 1e9;
+    Timing {
+        median_ms: median * 1e3,
+        min_ms: t.1.as_secs_f64() * 1e3,
+        iterations: t.2,
+        gbps,
+        pct_of_copy: copy_gbps.filter(|c| *c > 0.0).map(|c| 100.0 * gbps / c),
+    }
+}
+
+fn compile(
+    graph: &smelt_ir::Graph,
+    device: Device,
+    no_fuse: bool,
+    params: &HashMap<String, HostTensor>,
+) -> Result<(Compiled, Duration)> {
+    let start = Instant::now();
+    let c = compile_with(
+        graph,
+        Options {
+            device,
+            no_fuse,
+            params: params.clone(),
+            ..Options::default()
+        },
+    )?;
+    Ok((c, start.elapsed()))
+}
+
+fn cuda_err(e: smelt_runtime::cuda::CudaExecError) -> crate::Error {
+    crate::Error::Runtime(e.into())
+}
+
+/// Device copies of the inputs `program` reads.
+fn upload(
+    program: &CudaProgram,
+    inputs: &HashMap<String, HostTensor>,
+) -> Result<HashMap<String, DeviceTensor>> {
+    inputs
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), program.upload(v).map_err(cuda_err)?)))
+        .collect()
+}
+
+/// Zeroed device tensors for `program`'s outputs.
+fn device_outputs(program: &CudaProgram) -> Result<Vec<DeviceTensor>> {
+    program
+        .outputs()
+        .map(|(_, dtype, shape)| {
+            DeviceTensor::zeros(program.context(), dtype, shape.clone()).map_err(cuda_err)
+        })
+        .collect()
+}
+
+fn zeros_like_outputs(c: &Compiled) -> Vec<HostTensor> {
+    let g = c.graph();
+    g.outputs()
+        .iter()
+        .map(|(_, id)| {
+            let ty = g.ty(*id);
+            HostTensor::zeros(ty.dtype, ty.shape.clone())
+        })
+        .collect()
+}
+
+fn max_abs_diff(a: &[HostTensor], b: &[HostTensor]) -> f64 {
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| {
+            (0..x.numel().min(y.numel()))
+                .map(move |i| (x.data().get_f64(i) - y.data().get_f64(i)).abs())
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Measures `case` at `size` on `device`; `copy_gbps` is the copy bandwidth percentages
+/// refer to; `progress` is told each step.
+pub fn measure(
+    case: &Case,
+    size: Size,
+    device: Device,
+    budget: &Budget,
+    copy_gbps: Option<f64>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<CaseResult> {
+    progress("trace");
+    let graph = case.build(size)?;
+    let (inputs, params) = cases::data(&graph, 1)?;
+    let min_bytes = cases::min_bytes(&graph);
+
+    progress("compile");
+    smelt_runtime::cpu::clear_jit_cache();
+    let (fused, fused_cold) = compile(&graph, device, false, &params)?;
+    let fused_cached = compile(&graph, device, false, &params)?.1;
+    smelt_runtime::cpu::clear_jit_cache();
+    let (unfused, unfused_cold) = compile(&graph, device, true, &params)?;
+    let unfused_cached = compile(&graph, device, true, &params)?.1;
+
+    let mut out_fused = zeros_like_outputs(&fused);
+    let mut out_unfused = zeros_like_outputs(&unfused);
+    let ((ui, fi), (ur, fr)) = match (unfused.cuda_program(), fused.cuda_program()) {
+        (Some(u), Some(f)) => {
+            // On a GPU: inputs and outputs stay in device memory, so the times are the
+            // kernels' (and the copy of outputs out of the arena), not PCIe transfers.
+            progress("upload inputs to the device");
+            let dev_u = upload(u, &inputs)?;
+            let dev_f = upload(f, &inputs)?;
+            let mut out_u = device_outputs(u)?;
+            let mut out_f = device_outputs(f)?;
+            progress("run_device_into, unfused and fused alternately");
+            let into = time_pair(
+                budget,
+                || u.run_device_into(&dev_u, &mut out_u).map_err(cuda_err),
+                || f.run_device_into(&dev_f, &mut out_f).map_err(cuda_err),
+            )?;
+            progress("run_device, unfused and fused alternately");
+            let fresh = time_pair(
+                budget,
+                || u.run_device(&dev_u).map(drop).map_err(cuda_err),
+                || f.run_device(&dev_f).map(drop).map_err(cuda_err),
+            )?;
+            // The host runs below also check the results; not timed.
+            unfused.run_into(&inputs, &mut out_unfused)?;
+            fused.run_into(&inputs, &mut out_fused)?;
+            (into, fresh)
+        }
+        _ => {
+            progress("run_into, unfused and fused alternately");
+            let into = time_pair(
+                budget,
+                || unfused.run_into(&inputs, &mut out_unfused),
+                || fused.run_into(&inputs, &mut out_fused),
+            )?;
+            progress("run, unfused and fused alternately");
+            let fresh = time_pair(
+                budget,
+                || unfused.run(&inputs).map(drop),
+                || fused.run(&inputs).map(drop),
+            )?;
+            (into, fresh)
+        }
+    };
+
+    let opt = fused.optimized();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let ratio = |u: &Timing, f: &Timing| u.median_ms / f.median_ms.max(1e-12);
+    let unfused_times = PlanTimes {
+        run_into: timing(ui, min_bytes, copy_gbps),
+        run: timing(ur, min_bytes, copy_gbps),
+    };
+    let fused_times = PlanTimes {
+        run_into: timing(fi, min_bytes, copy_gbps),
+        run: timing(fr, min_bytes, copy_gbps),
+    };
+    Ok(CaseResult {
+        name: case.name.to_string(),
+        description: case.description.to_string(),
+        graph: case.graph.to_string(),
+        shape: case.shape(size),
+        graph_nodes: graph.len(),
+        min_bytes,
+        kernels_unfused: unfused.optimized().plan.kernel_count(),
+        kernels_fused: opt.plan.kernel_count(),
+        speedup_run_into: ratio(&unfused_times.run_into, &fused_times.run_into),
+        speedup_run: ratio(&unfused_times.run, &fused_times.run),
+        unfused: unfused_times,
+        fused: fused_times,
+        compile: CompileTimes {
+            fused_cold_ms: ms(fused_cold),
+            fused_cached_ms: ms(fused_cached),
+            unfused_cold_ms: ms(unfused_cold),
+            unfused_cached_ms: ms(unfused_cached),
+        },
+        egraph_simplify: (&opt.simplify).into(),
+        egraph_fusion: (&opt.fusion).into(),
+        max_abs_diff_fused_vs_unfused: max_abs_diff(&out_fused, &out_unfused),
+    })
+}
