@@ -370,4 +370,130 @@ mod with_llvm {
             "no <8 x float> in:\n{ir}"
         );
     }
+
+    /// out[i] = tanh(x[i]) over `n` f32s.
+    fn tanh_kernel(n: usize) -> (Kernel, Vec<BufferDecl>) {
+        let d = DType::F32;
+        let mut body = Body::default();
+        let x = body.load(d, 0, 0, &[1]);
+        let t = body.push(Ty::Data(d), InstOp::Unary(UnaryOp::Tanh, x));
+        let st = store_stage(vec![], body, vec![(1, affine(0, &[1]), t)]);
+        let decls = vec![buf(0, d, n), buf(1, d, n)];
+        (kernel("k_tanh", &[0], &[1], &[n], vec![st]), decls)
+    }
+
+    /// Runs the inline f32 `tanh` over `xs` and compares it with Rust's `f32::tanh` (the
+    /// reference interpreter's: the C library's `tanhf`) bit for bit, any NaN matching any NaN;
+    /// returns the mismatches as `(x, got, want)`.
+    fn tanh_mismatches(
+        c: &CompiledKernels,
+        k: &Kernel,
+        decls: &[BufferDecl],
+        xs: &[f32],
+    ) -> Vec<(f32, f32, f32)> {
+        let mut bufs = Buffers::new(decls);
+        bufs.set(0, xs);
+        assert_eq!(run(c, 0, k, &mut bufs, 1 << 16), 0);
+        assert!(bufs.red_zones_intact());
+        let got: Vec<f32> = bufs.get(1);
+        xs.iter()
+            .zip(&got)
+            .filter_map(|(&x, &g)| {
+                let w = x.tanh();
+                (g.to_bits() != w.to_bits() && !(g.is_nan() && w.is_nan())).then_some((x, g, w))
+            })
+            .collect()
+    }
+
+    /// 2^20 inputs spread over every bit pattern, a dense run of small and mid-range values,
+    /// the specials, and both signs of each branch threshold (glibc's and musl's `tanhf`, and
+    /// `expm1f`'s at `2|x|`) ±2 ulp.
+    #[test]
+    fn inline_tanh_is_tanhf_bit_for_bit_on_a_sample() {
+        let mut bits: Vec<u32> = (0..1u32 << 20)
+            .map(|i| i.wrapping_mul(4096) ^ (i % 4093))
+            .collect();
+        bits.extend(0x3c00_0000..0x3c00_0000 + (1 << 16));
+        bits.extend(0x3f00_0000..0x3f00_0000 + (1 << 16));
+        let thresholds = [
+            0x0000_0000u32,
+            0x0000_0001,
+            0x007f_ffff,
+            0x0080_0000,
+            0x2400_0000,
+            0x3280_0000,
+            0x3e30_0000,
+            0x3e82_c578,
+            0x3e31_7218,
+            0x3f0c_9f54,
+            0x3f05_1592,
+            0x3f80_0000,
+            0x4120_0000,
+            0x41b0_0000,
+            0x7f7f_ffff,
+            0x7f80_0000,
+            0x7fc0_0000,
+            0x7f80_0001,
+        ];
+        for t in thresholds {
+            for d in -2i32..=2 {
+                let v = t.wrapping_add(d as u32) & 0x7fff_ffff;
+                bits.extend([v, v | 0x8000_0000]);
+            }
+        }
+        let xs: Vec<f32> = bits.into_iter().map(f32::from_bits).collect();
+        let (k, decls) = tanh_kernel(xs.len());
+        let c = compile(&[&k], &decls);
+        let bad = tanh_mismatches(&c, &k, &decls, &xs);
+        assert!(
+            bad.is_empty(),
+            "{} mismatches, first {:?}",
+            bad.len(),
+            &bad[..bad.len().min(8)]
+        );
+    }
+
+    /// Every f32 input (2^32 of them, in batches): the inline `tanh` is the C library's `tanhf`
+    /// bit for bit. Slow: `cargo test --release -- --ignored`.
+    #[test]
+    #[ignore]
+    fn inline_tanh_is_tanhf_for_every_f32() {
+        let n = 1usize << 24;
+        let (k, decls) = tanh_kernel(n);
+        let c = compile(&[&k], &decls);
+        for batch in 0..(1u64 << 32) / n as u64 {
+            let xs: Vec<f32> = (0..n as u64)
+                .map(|i| f32::from_bits((batch * n as u64 + i) as u32))
+                .collect();
+            let bad = tanh_mismatches(&c, &k, &decls, &xs);
+            assert!(
+                bad.is_empty(),
+                "{} mismatches, first {:?}",
+                bad.len(),
+                &bad[..bad.len().min(8)]
+            );
+        }
+    }
+
+    /// The inline f32 `tanh` (selects, no calls) vectorises: `<8 x float>` on x86-64-v3.
+    #[test]
+    fn the_tanh_loop_vectorises() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let (k, decls) = tanh_kernel(1024);
+        let v3 = JitOptions {
+            target: CpuTarget::Named {
+                cpu: "x86-64-v3".into(),
+                features: "".into(),
+            },
+            ..JitOptions::default()
+        };
+        let ir = optimized_kernel_ir(&k, &decls, &v3).unwrap();
+        assert!(!ir.contains("tanhf"), "a tanhf call in:\n{ir}");
+        assert!(
+            vector_widths(&ir, "float").contains(&8),
+            "no <8 x float> in:\n{ir}"
+        );
+    }
 }

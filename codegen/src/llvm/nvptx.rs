@@ -29,9 +29,11 @@
 //! elementwise kernels coalesce; a reduction row runs sequentially in one thread).
 //!
 //! Then, before optimisation, two rewrites make the CPU body GPU code:
-//! - **math functions**: calls the CPU path leaves to the C library or to LLVM intrinsics that
-//!   NVPTX cannot select (`llvm.exp/log/sin/cos/pow/exp2/log2/log10/powi.*`, `tanhf`, `erff`,
-//!   any other libm name) become calls to libdevice's `__nv_*` (`__nv_expf`, `__nv_erff`,
+//! - **math functions**: f32 `exp`, `erf` and `tanh` are inline code in the CPU bodies
+//!   (`super::kernel::math`, bitwise the host C library's) and stay so on the GPU; the calls the
+//!   CPU path leaves to the C library or to LLVM intrinsics that NVPTX cannot select
+//!   (`llvm.exp/log/sin/cos/pow/exp2/log2/log10/powi.*` for other dtypes, f64 `tanh`/`erf`,
+//!   any other libm name) become calls to libdevice's `__nv_*` (`__nv_exp`, `__nv_logf`,
 //!   `__nv_tanh`, …): CUDA's accurate math library, the one NVRTC's `expf` uses. libdevice
 //!   (`libdevice.10.bc`, shipped with every CUDA toolkit, [`LIBDEVICE_RELATIVE`]) is given as
 //!   bytes in [`NvptxOptions::libdevice`]; it is linked into the module, its functions made
@@ -70,9 +72,9 @@
 //!
 //! # Values
 //!
-//! Exactly the CPU path's ([`super::kernel`]), hence the interpreter's, except that math
-//! functions are libdevice's (CUDA's documented ULP bounds, e.g. `expf` ≤ 2 ulp, `erff` ≤ 2 ulp,
-//! `tanhf` ≤ 2 ulp) rather than the host C library's, as for the NVRTC path.
+//! Exactly the CPU path's ([`super::kernel`]), hence the interpreter's, except that the math
+//! functions not generated inline are libdevice's (CUDA's documented ULP bounds, e.g. `logf`
+//! ≤ 1 ulp, `sinf` ≤ 2 ulp) rather than the host C library's, as for the NVRTC path.
 
 use super::error::{LlvmError, Result};
 use super::options::OptLevel;

@@ -1,11 +1,12 @@
 //! Scalar semantics of kernel bodies: instructions, unary and binary ops. Each formula mirrors
 //! `smelt_ir::interp` (`elementwise.rs`) so results match it bit for bit, except where the
-//! interpreter uses Rust's `libm` crate (`erf`; kernels call the C library's `erff`/`erf`) and
-//! integer `floor_div`/`remainder` by zero, which give 0 here. Transcendental functions are
-//! LLVM intrinsics (`llvm.exp`, `llvm.log`, `llvm.sin` … lowered to the C library, as Rust's
-//! `f32::exp` is) or C library calls (`tanhf`, `erff`) that MCJIT resolves in the process,
-//! except f32 `exp`, which is emitted inline so that it vectorises and gives glibc's `expf`
-//! result (see [`super::math`]).
+//! interpreter uses Rust's `libm` crate (`erf`: f32 `erf` is inline and within an ulp or two,
+//! f64 calls the C library's `erf`) and integer `floor_div`/`remainder` by zero, which give 0
+//! here. Transcendental functions are LLVM intrinsics (`llvm.exp`, `llvm.log`, `llvm.sin` …
+//! lowered to the C library, as Rust's `f32::exp` is) or C library calls (f64 `tanh`, `erf`)
+//! that MCJIT resolves in the process, except f32 `exp`, `tanh` and `erf`, which are emitted
+//! inline so that they vectorise; `exp` and `tanh` give glibc's `expf`/`tanhf` results bit for
+//! bit (see [`super::math`]).
 
 use super::{Emitter, Val};
 use crate::llvm::error::Result;
@@ -206,6 +207,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             UnaryOp::Reciprocal => b.build_float_div(one, v, "rcp")?,
             UnaryOp::Sin => self.fcall("llvm.sin", v)?,
             UnaryOp::Cos => self.fcall("llvm.cos", v)?,
+            UnaryOp::Tanh if v.get_type() == self.f32t() => self.tanhf(v)?,
             UnaryOp::Tanh => self.fcall("tanh", v)?,
             UnaryOp::Erf if v.get_type() == self.f32t() => self.erff(v)?,
             UnaryOp::Erf => self.fcall("erf", v)?,
