@@ -175,17 +175,27 @@ pub fn encoder_weights(cfg: &EncoderConfig, seed: u64) -> HashMap<String, HostTe
         .collect()
 }
 
-/// Median wall time of `runs` calls of `f` (after one warm-up call).
-fn median_time<E>(runs: usize, mut f: impl FnMut() -> Result<(), E>) -> Result<Duration, E> {
-    f()?;
-    let mut times = Vec::with_capacity(runs);
+/// Median wall times of `runs` calls each of `a` and `b` (after one warm-up call each), called
+/// alternately (a, b, a, b, …) so that a change in the machine's load affects both alike.
+fn median_times<E>(
+    runs: usize,
+    mut a: impl FnMut() -> Result<(), E>,
+    mut b: impl FnMut() -> Result<(), E>,
+) -> Result<(Duration, Duration), E> {
+    a()?;
+    b()?;
+    let (mut ta, mut tb) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
     for _ in 0..runs {
         let start = Instant::now();
-        f()?;
-        times.push(start.elapsed());
+        a()?;
+        ta.push(start.elapsed());
+        let start = Instant::now();
+        b()?;
+        tb.push(start.elapsed());
     }
-    times.sort();
-    Ok(times[times.len() / 2])
+    ta.sort();
+    tb.sort();
+    Ok((ta[ta.len() / 2], tb[tb.len() / 2]))
 }
 
 /// The largest `|a - b| / (atol + rtol |b|)` over two outputs (≤ 1 means within tolerance).
@@ -225,10 +235,14 @@ pub fn run_demo(device: Device, seq: usize) -> Result<String> {
     let (unfused, unfused_compile) = compile(fused.device(), true)?;
     let inputs = HashMap::from([("x".to_string(), uniform(&[cfg.seq, cfg.hidden], 1.0, 42))]);
     let mut out = vec![HostTensor::zeros(DType::F32, [cfg.seq, cfg.hidden])];
-    let runs = 5;
-    let fused_time = median_time(runs, || fused.run_into(&inputs, &mut out))?;
+    let mut out_unfused = vec![HostTensor::zeros(DType::F32, [cfg.seq, cfg.hidden])];
+    let runs = 21;
+    let (fused_time, unfused_time) = median_times(
+        runs,
+        || fused.run_into(&inputs, &mut out),
+        || unfused.run_into(&inputs, &mut out_unfused),
+    )?;
     let y = out[0].clone();
-    let unfused_time = median_time(runs, || unfused.run_into(&inputs, &mut out))?;
     let reference = compile(Device::Reference, true)?.0.run(&inputs)?;
     let want = reference.get("y").expect("the graph has output y");
     // f32 through two GEMM chains of length 768 and 3072 and two layer norms: a reduction
@@ -262,7 +276,7 @@ pub fn run_demo(device: Device, seq: usize) -> Result<String> {
     );
     let _ = writeln!(
         s,
-        "run:     fused {:.2} ms, unfused {:.2} ms (median of {runs}, run_into): {:.2}x",
+        "run:     fused {:.2} ms, unfused {:.2} ms (median of {runs} each, alternating, run_into): {:.2}x",
         ms(fused_time),
         ms(unfused_time),
         unfused_time.as_secs_f64() / fused_time.as_secs_f64().max(1e-12)
