@@ -81,6 +81,24 @@ pub fn arb_graph_with_bindings(
     })
 }
 
+/// `graph` with every value nobody reads named as an output too (`sink<id>`), so that no op
+/// of a random graph is dead code that a pass would drop before the code under test sees it.
+/// When a name is taken already (the result would not verify), `graph` is returned unchanged.
+pub fn with_sinks_as_outputs(graph: Graph) -> Graph {
+    let uses = graph.use_counts();
+    let mut outputs = graph.outputs().to_vec();
+    for id in graph.ids() {
+        if uses[id.index()] == 0 {
+            outputs.push((format!("sink{}", id.0), id));
+        }
+    }
+    let g = Graph::from_parts(graph.nodes().to_vec(), outputs);
+    match crate::verify(&g) {
+        Ok(()) => g,
+        Err(_) => graph,
+    }
+}
+
 /// Values for every input and param of `graph`, keyed by name, mixing ordinary values with
 /// special ones (±0, ±inf, NaN, subnormals, the extremes of each integer type).
 pub fn arb_bindings(graph: &Graph) -> impl Strategy<Value = HashMap<String, HostTensor>> {

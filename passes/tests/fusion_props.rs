@@ -9,6 +9,7 @@ mod oracle;
 
 use proptest::prelude::*;
 use smelt_ir::arbitrary::arb_graph_with_bindings;
+use smelt_ir::arbitrary::with_sinks_as_outputs;
 use smelt_ir::{interp, Graph};
 use smelt_passes::fusion::{self, check_plan, eval_plan, greedy_baseline};
 use smelt_passes::PassOptions;
@@ -17,22 +18,6 @@ fn opts(fuse: bool) -> PassOptions {
     PassOptions {
         fuse,
         ..PassOptions::default()
-    }
-}
-
-/// `graph` with every value nobody reads named as an output too, so that no op is dead.
-fn with_sinks_as_outputs(graph: Graph) -> Graph {
-    let uses = graph.use_counts();
-    let mut outputs = graph.outputs().to_vec();
-    for id in graph.ids() {
-        if uses[id.index()] == 0 {
-            outputs.push((format!("sink{}", id.0), id));
-        }
-    }
-    let g = Graph::from_parts(graph.nodes().to_vec(), outputs);
-    match smelt_ir::verify(&g) {
-        Ok(()) => g,
-        Err(_) => graph, // an output already named `sink…`: keep the original
     }
 }
 

@@ -21,8 +21,9 @@
 
 mod kernel_common;
 
-use kernel_common::{compare, elementwise_tol, with_sinks_as_outputs};
+use kernel_common::{compare, elementwise_tol};
 use proptest::prelude::*;
+use smelt_ir::arbitrary::with_sinks_as_outputs;
 use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, GenConfig};
 use smelt_ir::{interp, BinaryOp, DType, Graph, HostTensor, Op, UnaryOp};
 use smelt_passes::kernel::{eval_program, lower_with, verify_program, LowerOptions};

@@ -27,13 +27,11 @@
 
 mod cpu_exec_support;
 
-use cpu_exec_support::{
-    check_close_with, fuzz_cases, fuzz_tolerance, has_accumulation, with_sinks_as_outputs,
-};
+use cpu_exec_support::{check_close_with, fuzz_cases, fuzz_tolerance, has_accumulation};
 use proptest::strategy::Just;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, GenConfig};
+use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, with_sinks_as_outputs, GenConfig};
 use smelt_ir::interp::eval;
 use smelt_ir::{Graph, HostTensor};
 use smelt_passes::kernel::{eval_program, lower, Step};

@@ -9,6 +9,7 @@ mod cuda_corpus_graphs;
 mod cuda_kernels;
 
 use smelt_codegen::cuda::{cuda_program_source, cuda_source};
+use smelt_ir::arbitrary::with_sinks_as_outputs;
 use smelt_runtime::cuda::{compile_cuda, nvrtc, CompileOptions, Nvrtc};
 
 const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
@@ -142,22 +143,6 @@ fn random_graphs_compile_for_sm80_and_sm90() {
     }
     println!("{graphs} random graphs, {kernels} kernels: all compile for sm_80 and sm_90");
     assert_eq!(graphs, GRAPHS, "too few random graphs had kernels");
-}
-
-/// `graph` with every value nobody reads named as an output too, so that no op is dead.
-fn with_sinks_as_outputs(graph: smelt_ir::Graph) -> smelt_ir::Graph {
-    let uses = graph.use_counts();
-    let mut outputs = graph.outputs().to_vec();
-    for id in graph.ids() {
-        if uses[id.index()] == 0 {
-            outputs.push((format!("sink{}", id.0), id));
-        }
-    }
-    let g = smelt_ir::Graph::from_parts(graph.nodes().to_vec(), outputs);
-    match smelt_ir::verify(&g) {
-        Ok(()) => g,
-        Err(_) => graph,
-    }
 }
 
 /// The 16-byte packs of vectorised elementwise kernels really become vector loads and stores

@@ -18,11 +18,10 @@ mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
     check_bits, check_close_with, floats, fuzz_cases, fuzz_tolerance, has_accumulation, tensor,
-    with_sinks_as_outputs,
 };
 use proptest::strategy::{Just, Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, GenConfig};
+use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, with_sinks_as_outputs, GenConfig};
 use smelt_ir::interp::eval;
 use smelt_ir::{DType, Graph, HostTensor, NodeId, Shape};
 use smelt_passes::kernel::{BufferDecl, BufferId, BufferKind, Gemm, GemmOperand, Program, Step};

@@ -21,6 +21,7 @@ use smelt_codegen::llvm::nvptx::{
     libdevice_beside_ptxas, ptx_program, Libdevice, NvptxOptions, PtxModule,
 };
 use smelt_codegen::llvm::OptLevel;
+use smelt_ir::arbitrary::with_sinks_as_outputs;
 use smelt_passes::kernel::Program;
 use smelt_runtime::cuda::{assemble_ptx_with, ptxas_path, Arch};
 use std::path::PathBuf;
@@ -169,20 +170,4 @@ fn random_graphs_assemble_for_sm90() {
             .sum()
     });
     println!("{GRAPHS} random graphs, {kernels} kernels: LLVM NVPTX PTX assembles for {ARCH}");
-}
-
-/// `graph` with every value nobody reads named as an output too, so that no op is dead.
-fn with_sinks_as_outputs(graph: smelt_ir::Graph) -> smelt_ir::Graph {
-    let uses = graph.use_counts();
-    let mut outputs = graph.outputs().to_vec();
-    for id in graph.ids() {
-        if uses[id.index()] == 0 {
-            outputs.push((format!("sink{}", id.0), id));
-        }
-    }
-    let g = smelt_ir::Graph::from_parts(graph.nodes().to_vec(), outputs);
-    match smelt_ir::verify(&g) {
-        Ok(()) => g,
-        Err(_) => graph,
-    }
 }

@@ -64,22 +64,6 @@ pub fn compare(
     Ok(())
 }
 
-/// `graph` with every value nobody reads named as an output too, so that no op is dead.
-pub fn with_sinks_as_outputs(graph: Graph) -> Graph {
-    let uses = graph.use_counts();
-    let mut outputs = graph.outputs().to_vec();
-    for id in graph.ids() {
-        if uses[id.index()] == 0 {
-            outputs.push((format!("sink{}", id.0), id));
-        }
-    }
-    let g = Graph::from_parts(graph.nodes().to_vec(), outputs);
-    match smelt_ir::verify(&g) {
-        Ok(()) => g,
-        Err(_) => graph,
-    }
-}
-
 /// Inputs with varied, deterministic values (`sin` of the index; bools alternate; integers
 /// small).
 pub fn ramp_bindings(graph: &Graph) -> HashMap<String, HostTensor> {

@@ -285,22 +285,6 @@ pub fn tensor(d: DType, dims: &[usize], v: &[f64]) -> HostTensor {
     HostTensor::new(dims, data).unwrap()
 }
 
-/// `graph` with every value nobody reads named as an output too, so that no op is dead.
-pub fn with_sinks_as_outputs(graph: Graph) -> Graph {
-    let uses = graph.use_counts();
-    let mut outputs = graph.outputs().to_vec();
-    for id in graph.ids() {
-        if uses[id.index()] == 0 {
-            outputs.push((format!("sink{}", id.0), id));
-        }
-    }
-    let g = Graph::from_parts(graph.nodes().to_vec(), outputs);
-    match smelt_ir::verify(&g) {
-        Ok(()) => g,
-        Err(_) => graph,
-    }
-}
-
 /// Whether the value of `out` depends on a reduction or a matmul (`gemm_only`: a matmul).
 pub fn has_accumulation(g: &Graph, out: NodeId, gemm_only: bool) -> bool {
     let mut seen = vec![false; g.len()];
