@@ -134,17 +134,47 @@ pub fn plan_memory(program: &Program, red_zone: usize) -> Result<MemoryPlan> {
         }
         order.push(i);
     }
+    let (offsets, peak) =
+        first_fit(order, &sizes, &live, red_zone == 0).ok_or_else(|| CpuError::Overflow {
+            op: "memory plan",
+            what: "the arena size".into(),
+        })?;
+    Ok(MemoryPlan {
+        offsets,
+        external,
+        sizes,
+        bytes: data_bytes,
+        live,
+        peak_bytes: peak,
+        naive_bytes: naive,
+        red_zone,
+    })
+}
+
+/// First-fit placement, shared by the CPU arena and the CUDA launch plan: the buffers in `order`
+/// are placed largest first (ties: lower index), each at the lowest offset that overlaps no
+/// placed buffer whose live range overlaps its own (with `reuse` off: no placed buffer at all).
+/// `sizes` are already aligned, so every offset is too; a buffer without a live range is live
+/// throughout. Returns each buffer's offset (`None` for buffers not in `order`) and the highest
+/// end, or `None` if that overflows.
+pub(crate) fn first_fit(
+    mut order: Vec<usize>,
+    sizes: &[usize],
+    live: &[Option<(usize, usize)>],
+    reuse: bool,
+) -> Option<(Vec<Option<usize>>, usize)> {
+    let range = |i: usize| live[i].unwrap_or((0, usize::MAX));
     order.sort_by_key(|&i| (std::cmp::Reverse(sizes[i]), i));
-    let mut offsets: Vec<Option<usize>> = vec![None; n];
+    let mut offsets: Vec<Option<usize>> = vec![None; sizes.len()];
     let mut placed: Vec<(usize, usize, usize)> = Vec::new(); // (offset, size, buffer)
     let mut peak = 0usize;
     for i in order {
-        let (s, e) = live[i].unwrap_or((0, end));
+        let (s, e) = range(i);
         let mut clash: Vec<(usize, usize)> = placed
             .iter()
             .filter(|&&(_, _, j)| {
-                let (s2, e2) = live[j].unwrap_or((0, end));
-                red_zone > 0 || !(e2 < s || e < s2)
+                let (s2, e2) = range(j);
+                !reuse || !(e2 < s || e < s2)
             })
             .map(|&(o, sz, _)| (o, sz))
             .collect();
@@ -156,20 +186,11 @@ pub fn plan_memory(program: &Program, red_zone: usize) -> Result<MemoryPlan> {
             }
             offset = offset.max(o.saturating_add(sz));
         }
-        peak = peak.max(offset.saturating_add(sizes[i]));
+        peak = peak.max(offset.checked_add(sizes[i])?);
         offsets[i] = Some(offset);
         placed.push((offset, sizes[i], i));
     }
-    Ok(MemoryPlan {
-        offsets,
-        external,
-        sizes,
-        bytes: data_bytes,
-        live,
-        peak_bytes: peak,
-        naive_bytes: naive,
-        red_zone,
-    })
+    Some((offsets, peak))
 }
 
 fn is_temp(program: &Program, b: u32) -> bool {

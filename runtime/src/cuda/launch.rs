@@ -244,33 +244,8 @@ pub fn place(
             order.push(i);
         }
     }
-    order.sort_by_key(|&i| (std::cmp::Reverse(sizes[i]), i));
-    let mut offsets = vec![None; bytes.len()];
-    let mut placed: Vec<(usize, usize, usize)> = Vec::new();
-    let mut peak = 0usize;
-    for i in order {
-        let Some((s, e)) = live[i] else { continue };
-        let mut clash: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|&&(_, _, j)| live[j].is_some_and(|(s2, e2)| !(e2 < s || e < s2)))
-            .map(|&(o, sz, _)| (o, sz))
-            .collect();
-        clash.sort_unstable();
-        let mut offset = 0usize;
-        for (o, sz) in clash {
-            if o >= offset.saturating_add(sizes[i]) {
-                break;
-            }
-            offset = offset.max(o.saturating_add(sz));
-        }
-        let end = offset
-            .checked_add(sizes[i])
-            .ok_or_else(|| overflow("the arena size"))?;
-        peak = peak.max(end);
-        offsets[i] = Some(offset);
-        placed.push((offset, sizes[i], i));
-    }
-    Ok((offsets, peak))
+    crate::cpu::memory::first_fit(order, &sizes, live, true)
+        .ok_or_else(|| overflow("the arena size"))
 }
 
 impl LaunchPlan {
