@@ -27,11 +27,9 @@
 
 mod cpu_exec_support;
 
-use cpu_exec_support::{check_close_with, fuzz_cases, fuzz_tolerance, has_accumulation};
-use proptest::strategy::Just;
-use proptest::strategy::{Strategy, ValueTree};
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, with_sinks_as_outputs, GenConfig};
+use cpu_exec_support::{
+    check_close_with, fuzz_cases, fuzz_graphs, fuzz_tolerance, has_accumulation,
+};
 use smelt_ir::interp::eval;
 use smelt_ir::{Graph, HostTensor};
 use smelt_passes::kernel::{eval_program, lower, Step};
@@ -99,30 +97,9 @@ fn check_graph(graph: &Graph, bindings: &HashMap<String, HostTensor>) -> Result<
 
 #[test]
 fn random_graphs_match_the_interpreter_fused_and_unfused() {
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
-    // No float→int casts: a one-ulp accumulation difference before one (inevitable between
-    // f32 kernels and the f64 interpreter) becomes a different integer, which no tolerance
-    // can absorb. Casts of exactly computed values are covered by the exact tests.
-    let cfg = GenConfig {
-        max_nodes: 20,
-        float_to_int_casts: false,
-        ..GenConfig::default()
-    };
-    let strategy = arb_graph_with(cfg).prop_flat_map(|g| {
-        let bindings = arb_bindings(&g);
-        (Just(g), bindings)
-    });
     let (mut ran, mut skipped) = (0, 0);
     let mut failures = Vec::new();
-    for case in 0..fuzz_cases(256) {
-        let (graph, bindings) = strategy
-            .new_tree(&mut runner)
-            .expect("a random graph")
-            .current();
-        let graph = with_sinks_as_outputs(graph);
+    for (case, (graph, bindings)) in fuzz_graphs(fuzz_cases(256)).into_iter().enumerate() {
         match check_graph(&graph, &bindings) {
             Ok(true) => ran += 1,
             Ok(false) => skipped += 1,

@@ -3,13 +3,13 @@
 //! Without NVRTC (run `scripts/install-cuda-tools.sh`) each test prints that it was skipped and
 //! passes, unless `SMELT_REQUIRE_NVRTC=1` is set.
 
+mod cpu_exec_support;
 #[path = "../../codegen/tests/cuda_corpus_graphs/mod.rs"]
 mod cuda_corpus_graphs;
 #[path = "../../codegen/tests/cuda_kernels/mod.rs"]
 mod cuda_kernels;
 
 use smelt_codegen::cuda::{cuda_program_source, cuda_source};
-use smelt_ir::arbitrary::with_sinks_as_outputs;
 use smelt_runtime::cuda::{compile_cuda, nvrtc, CompileOptions, Nvrtc};
 
 const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
@@ -96,53 +96,24 @@ fn plan_corpus_compiles_fused_and_unfused() {
 /// seed, so the set is the same on every run.
 #[test]
 fn random_graphs_compile_for_sm80_and_sm90() {
-    use proptest::strategy::{Strategy, ValueTree};
-    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-    use smelt_passes::kernel::{lower, Step};
-    use smelt_passes::{optimize, PassOptions};
+    use smelt_passes::kernel::Step;
 
     if nvrtc_or_skip("random_graphs_compile_for_sm80_and_sm90").is_none() {
         return;
     }
     const GRAPHS: usize = 200;
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
-    let strategy = smelt_ir::arbitrary::arb_graph_with_bindings(32);
-    let (mut graphs, mut kernels) = (0, 0);
-    for i in 0..GRAPHS * 5 {
-        if graphs == GRAPHS {
-            break;
-        }
-        let (graph, _) = strategy
-            .new_tree(&mut runner)
-            .expect("a random graph")
-            .current();
-        let graph = with_sinks_as_outputs(graph);
-        // Every fourth graph unfused: one kernel per op exercises every op on its own.
-        let opts = PassOptions {
-            fuse: i % 4 != 3,
-            ..PassOptions::default()
-        };
-        let opt = optimize(&graph, &opts).unwrap_or_else(|e| panic!("graph {i}: {e}"));
-        let program = lower(&opt.graph, &opt.plan)
-            .unwrap_or_else(|e| panic!("graph {i}: lower: {e}\n{}", opt.plan));
-        let n = program
+    let programs = cpu_exec_support::random_kernel_programs(GRAPHS);
+    let (graphs, mut kernels) = (programs.len(), 0);
+    for (i, program) in &programs {
+        kernels += program
             .steps
             .iter()
             .filter(|s| matches!(s, Step::Kernel(_)))
             .count();
-        if n == 0 {
-            continue;
-        }
-        graphs += 1;
-        kernels += n;
-        let cuda = cuda_program_source(&program);
+        let cuda = cuda_program_source(program);
         compile_all(&format!("random_graph_{i}"), &cuda.source);
     }
     println!("{graphs} random graphs, {kernels} kernels: all compile for sm_80 and sm_90");
-    assert_eq!(graphs, GRAPHS, "too few random graphs had kernels");
 }
 
 /// The 16-byte packs of vectorised elementwise kernels really become vector loads and stores

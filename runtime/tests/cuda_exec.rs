@@ -17,11 +17,12 @@ mod cpu_exec_support;
 mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
-    check_bits, check_close_with, floats, fuzz_cases, fuzz_tolerance, has_accumulation, tensor,
+    check_bits, check_close_with, floats, fuzz_cases, fuzz_graphs, fuzz_tolerance,
+    has_accumulation, tensor,
 };
-use proptest::strategy::{Just, Strategy, ValueTree};
+use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, with_sinks_as_outputs, GenConfig};
+use smelt_ir::arbitrary::arb_bindings;
 use smelt_ir::interp::eval;
 use smelt_ir::{DType, Graph, HostTensor, NodeId, Shape};
 use smelt_passes::kernel::{BufferDecl, BufferId, BufferKind, Gemm, GemmOperand, Program, Step};
@@ -280,37 +281,20 @@ fn corpus_plans_keep_the_launch_contract() {
 }
 
 fn random_programs(count: usize) -> Vec<(Graph, HashMap<String, HostTensor>, Program)> {
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
-    // No float→int casts: see cpu_exec_fuzz.rs.
-    let cfg = GenConfig {
-        max_nodes: 20,
-        float_to_int_casts: false,
-        ..GenConfig::default()
-    };
-    let strategy = arb_graph_with(cfg).prop_flat_map(|g| {
-        let bindings = arb_bindings(&g);
-        (Just(g), bindings)
-    });
-    let mut out = Vec::new();
-    for case in 0..count {
-        let (graph, bindings) = strategy
-            .new_tree(&mut runner)
-            .expect("a random graph")
-            .current();
-        let graph = with_sinks_as_outputs(graph);
-        let opts = PassOptions {
-            fuse: case % 4 != 3,
-            ..PassOptions::default()
-        };
-        let opt = optimize(&graph, &opts).unwrap_or_else(|e| panic!("case {case}: {e}"));
-        let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan)
-            .unwrap_or_else(|e| panic!("case {case}: lower: {e}"));
-        out.push((graph, bindings, program));
-    }
-    out
+    fuzz_graphs(count)
+        .into_iter()
+        .enumerate()
+        .map(|(case, (graph, bindings))| {
+            let opts = PassOptions {
+                fuse: case % 4 != 3,
+                ..PassOptions::default()
+            };
+            let opt = optimize(&graph, &opts).unwrap_or_else(|e| panic!("case {case}: {e}"));
+            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan)
+                .unwrap_or_else(|e| panic!("case {case}: lower: {e}"));
+            (graph, bindings, program)
+        })
+        .collect()
 }
 
 #[test]

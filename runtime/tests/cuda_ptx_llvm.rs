@@ -10,6 +10,7 @@
 
 #![cfg(feature = "llvm")]
 
+mod cpu_exec_support;
 #[path = "../../codegen/tests/cuda_corpus_graphs/mod.rs"]
 mod cuda_corpus_graphs;
 #[path = "../../codegen/tests/cuda_kernels/mod.rs"]
@@ -21,7 +22,6 @@ use smelt_codegen::llvm::nvptx::{
     libdevice_beside_ptxas, ptx_program, Libdevice, NvptxOptions, PtxModule,
 };
 use smelt_codegen::llvm::OptLevel;
-use smelt_ir::arbitrary::with_sinks_as_outputs;
 use smelt_passes::kernel::Program;
 use smelt_runtime::cuda::{assemble_ptx_with, ptxas_path, Arch};
 use std::path::PathBuf;
@@ -112,42 +112,11 @@ fn corpus_and_hand_built_kernels_assemble_for_sm90() {
 /// one PTX module per graph; the same fixed-seed graphs as `cuda_codegen.rs`.
 #[test]
 fn random_graphs_assemble_for_sm90() {
-    use proptest::strategy::{Strategy, ValueTree};
-    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-    use smelt_passes::kernel::{lower, Step};
-    use smelt_passes::{optimize, PassOptions};
-
     let Some((ptxas, lib)) = tools_or_skip("random_graphs_assemble_for_sm90") else {
         return;
     };
     const GRAPHS: usize = 200;
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
-    let strategy = smelt_ir::arbitrary::arb_graph_with_bindings(32);
-    let mut programs = Vec::new();
-    for i in 0..GRAPHS * 5 {
-        if programs.len() == GRAPHS {
-            break;
-        }
-        let (graph, _) = strategy
-            .new_tree(&mut runner)
-            .expect("a random graph")
-            .current();
-        let graph = with_sinks_as_outputs(graph);
-        let opts = PassOptions {
-            fuse: i % 4 != 3,
-            ..PassOptions::default()
-        };
-        let opt = optimize(&graph, &opts).unwrap_or_else(|e| panic!("graph {i}: {e}"));
-        let program = lower(&opt.graph, &opt.plan)
-            .unwrap_or_else(|e| panic!("graph {i}: lower: {e}\n{}", opt.plan));
-        if program.steps.iter().any(|s| matches!(s, Step::Kernel(_))) {
-            programs.push((i, program));
-        }
-    }
-    assert_eq!(programs.len(), GRAPHS, "too few random graphs had kernels");
+    let programs = cpu_exec_support::random_kernel_programs(GRAPHS);
     // Two workers: LLVM contexts are independent, ptxas is a process.
     let next = std::sync::atomic::AtomicUsize::new(0);
     let kernels: usize = std::thread::scope(|scope| {

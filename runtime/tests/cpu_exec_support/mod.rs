@@ -1,5 +1,6 @@
-//! Helpers of the CPU executor tests: hand-built kernel IR programs, comparison with
-//! torch.testing-style tolerances.
+//! Helpers of the CPU and CUDA executor tests: hand-built kernel IR programs, comparison with
+//! torch.testing-style tolerances, and the random graphs and programs the differential and
+//! compile tests draw.
 
 #![allow(dead_code)]
 
@@ -324,4 +325,76 @@ pub fn fuzz_cases(default: usize) -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
+}
+
+/// The first `count` random graphs of the differential fuzz, with bindings (up to 20 ops,
+/// every value an output, no float→int casts: a one-ulp accumulation difference before one,
+/// inevitable between f32 kernels and the f64 interpreter, becomes a different integer that no
+/// tolerance can absorb; casts of exactly computed values are covered by the exact tests).
+/// Deterministic: the same `count` gives the same graphs.
+pub fn fuzz_graphs(count: usize) -> Vec<(Graph, std::collections::HashMap<String, HostTensor>)> {
+    use proptest::strategy::{Just, Strategy, ValueTree};
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, with_sinks_as_outputs, GenConfig};
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
+    let cfg = GenConfig {
+        max_nodes: 20,
+        float_to_int_casts: false,
+        ..GenConfig::default()
+    };
+    let strategy = arb_graph_with(cfg).prop_flat_map(|g| {
+        let bindings = arb_bindings(&g);
+        (Just(g), bindings)
+    });
+    (0..count)
+        .map(|_| {
+            let (graph, bindings) = strategy
+                .new_tree(&mut runner)
+                .expect("a random graph")
+                .current();
+            (with_sinks_as_outputs(graph), bindings)
+        })
+        .collect()
+}
+
+/// The programs of the first `count` random graphs (up to 32 ops, every value an output) that
+/// lower to at least one kernel, with the index of their draw; every fourth draw is planned
+/// unfused (one kernel per op exercises every op on its own). Panics if fewer than `count` of
+/// `5 * count` draws have kernels. Deterministic.
+pub fn random_kernel_programs(count: usize) -> Vec<(usize, Program)> {
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    use smelt_ir::arbitrary::{arb_graph_with_bindings, with_sinks_as_outputs};
+    use smelt_passes::{optimize, PassOptions};
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
+    let strategy = arb_graph_with_bindings(32);
+    let mut programs = Vec::new();
+    for i in 0..count * 5 {
+        if programs.len() == count {
+            break;
+        }
+        let (graph, _) = strategy
+            .new_tree(&mut runner)
+            .expect("a random graph")
+            .current();
+        let graph = with_sinks_as_outputs(graph);
+        let opts = PassOptions {
+            fuse: i % 4 != 3,
+            ..PassOptions::default()
+        };
+        let opt = optimize(&graph, &opts).unwrap_or_else(|e| panic!("graph {i}: {e}"));
+        let program = lower(&opt.graph, &opt.plan)
+            .unwrap_or_else(|e| panic!("graph {i}: lower: {e}\n{}", opt.plan));
+        if program.steps.iter().any(|s| matches!(s, Step::Kernel(_))) {
+            programs.push((i, program));
+        }
+    }
+    assert_eq!(programs.len(), count, "too few random graphs had kernels");
+    programs
 }
