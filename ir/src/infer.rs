@@ -431,8 +431,9 @@ fn index_dtype(op: &'static str, i: &TensorType) -> Result<()> {
 }
 
 /// Splits matmul operand dims (both of rank >= 1) into `(x batch, y batch, m, k of x, k of y,
-/// n)`, promoting a 1-D `x` to `[1, k]` and a 1-D `y` to `[k, 1]` as torch.matmul does.
-fn matmul_parts(xs: &[usize], ys: &[usize]) -> (Shape, Shape, usize, usize, usize, usize) {
+/// n)`, promoting a 1-D `x` to `[1, k]` and a 1-D `y` to `[k, 1]` as torch.matmul does. For
+/// backends that check the operands themselves (and report which rule failed).
+pub fn matmul_parts(xs: &[usize], ys: &[usize]) -> (Shape, Shape, usize, usize, usize, usize) {
     let xm: SmallVec<[usize; 6]> = if xs.len() == 1 {
         smallvec::smallvec![1, xs[0]]
     } else {
@@ -452,13 +453,4 @@ fn matmul_parts(xs: &[usize], ys: &[usize]) -> (Shape, Shape, usize, usize, usiz
         ym[yr - 2],
         ym[yr - 1],
     )
-}
-
-/// For backends: the broadcast batch shape and `(m, k, n)` of a well-typed matmul.
-pub fn matmul_dims(x: &Shape, y: &Shape) -> Option<(Shape, usize, usize, usize)> {
-    if x.rank() == 0 || y.rank() == 0 {
-        return None;
-    }
-    let (xb, yb, m, k, _, n) = matmul_parts(x.dims(), y.dims());
-    Some((xb.broadcast(&yb)?, m, k, n))
 }

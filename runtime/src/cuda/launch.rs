@@ -594,37 +594,16 @@ impl GemmGeometry {
         }
         let (ld, rd) = (&g.a.shape, &g.b.shape);
         let (lr, rr) = (ld.len(), rd.len());
-        let (m, k) = if lr == 1 {
-            (1, ld[0])
-        } else {
-            (ld[lr - 2], ld[lr - 1])
-        };
-        let (k2, n) = if rr == 1 {
-            (rd[0], 1)
-        } else {
-            (rd[rr - 2], rd[rr - 1])
-        };
+        let (lb, rb, m, k, k2, n) = smelt_ir::infer::matmul_parts(ld, rd);
         if k != k2 {
             return Err(bad(format!("contraction dims differ ({k} vs {k2})")));
         }
-        let lb = &ld[..lr.saturating_sub(2)];
-        let rb = &rd[..rr.saturating_sub(2)];
-        let rank = lb.len().max(rb.len());
-        let mut batch_dims = Vec::with_capacity(rank);
-        for j in 0..rank {
-            let get = |v: &[usize]| (j + v.len()).checked_sub(rank).map_or(1, |i| v[i]);
-            let (x, y) = (get(lb), get(rb));
-            batch_dims.push(match (x, y) {
-                _ if x == y => x,
-                (1, y) => y,
-                (x, 1) => x,
-                _ => {
-                    return Err(bad(format!(
-                        "batch dims {lb:?} and {rb:?} do not broadcast"
-                    )))
-                }
-            });
-        }
+        let batch_dims = lb
+            .broadcast(&rb)
+            .ok_or_else(|| bad(format!("batch dims {lb} and {rb} do not broadcast")))?
+            .dims()
+            .to_vec();
+        let rank = batch_dims.len();
         let mut out_dims = batch_dims.clone();
         if lr > 1 {
             out_dims.push(m);

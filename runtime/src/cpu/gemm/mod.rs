@@ -31,7 +31,7 @@ use super::pool::CpuPool;
 use gemm::Parallelism;
 use half::{bf16, f16};
 use operand::{layout, Layout};
-use smelt_ir::{DType, HostTensor, Shape, TensorData};
+use smelt_ir::{DType, HostTensor, TensorData};
 use std::ops::Range;
 
 const OP: &str = "matmul";
@@ -94,21 +94,10 @@ impl MatmulPlan {
         }
         let (ld, rd) = (lhs.dims(), rhs.dims());
         let (lr, rr) = (ld.len(), rd.len());
-        let (m, k) = if lr == 1 {
-            (1, ld[0])
-        } else {
-            (ld[lr - 2], ld[lr - 1])
-        };
-        let (k2, n) = if rr == 1 {
-            (rd[0], 1)
-        } else {
-            (rd[rr - 2], rd[rr - 1])
-        };
+        let (lb, rb, m, k, k2, n) = smelt_ir::infer::matmul_parts(ld, rd);
         if k != k2 {
             return Err(bad(format!("contraction dims differ ({k} vs {k2})")));
         }
-        let lb = Shape::new(&ld[..lr.saturating_sub(2)]);
-        let rb = Shape::new(&rd[..rr.saturating_sub(2)]);
         let batch = lb
             .broadcast(&rb)
             .ok_or_else(|| bad(format!("batch dims {lb} and {rb} do not broadcast")))?;
