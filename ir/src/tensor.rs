@@ -215,6 +215,15 @@ impl HostTensor {
         self.data
     }
 
+    /// A pointer to element 0 of the data, for backends that write results straight into a
+    /// caller's tensor. It stays valid while the tensor lives and is neither replaced nor
+    /// moved out of (moving the `HostTensor` itself does not move its elements). Writing through
+    /// it is the caller's `unsafe`: at most `numel` elements of `dtype`, and only valid values
+    /// (0 or 1 for bool).
+    pub fn data_mut_ptr(&mut self) -> *mut u8 {
+        with_data!(&mut self.data, v => v.as_mut_ptr().cast::<u8>())
+    }
+
     pub fn numel(&self) -> usize {
         self.data.len()
     }

@@ -446,7 +446,7 @@ impl CpuProgram {
         let base = arena.base();
         for (o, t) in self.outputs.iter().zip(outputs.iter_mut()) {
             if o.fill != Fill::Copy {
-                let p = data_ptr_mut(t)?;
+                let p = t.data_mut_ptr();
                 arena.ptrs[o.buffer] = p;
                 if o.fill == Fill::Zeros {
                     // SAFETY: `p` points to the caller's tensor, which holds the output's
@@ -538,7 +538,7 @@ impl CpuProgram {
                 continue;
             }
             let src = arena.ptrs[o.buffer];
-            let dst = data_ptr_mut(t)?;
+            let dst = t.data_mut_ptr();
             // SAFETY: `src` holds the output buffer's `numel` elements of this dtype (checked
             // above: dtype and shape match), `dst` exactly as many; they do not overlap (`dst`
             // is a caller's tensor that no slot points into: a buffer named by several outputs
@@ -553,19 +553,6 @@ impl CpuProgram {
 
 fn data_ptr(d: &TensorData) -> *mut u8 {
     with_data!(d, v => v.as_ptr().cast::<u8>().cast_mut())
-}
-
-/// A pointer to element 0 of `t`'s data, valid for writes while `t` is neither moved out of
-/// nor reallocated (the `Vec`'s heap buffer does not move with the tensor). Allocates nothing.
-fn data_ptr_mut(t: &mut HostTensor) -> Result<*mut u8> {
-    let placeholder = HostTensor::new(Shape::new(&[0]), TensorData::Bool(Vec::new()))
-        .map_err(|e| invalid(e.to_string()))?;
-    let taken = std::mem::replace(t, placeholder);
-    let shape = taken.shape().clone();
-    let mut data = taken.into_data();
-    let p = with_data!(&mut data, v => v.as_mut_ptr().cast::<u8>());
-    *t = HostTensor::new(shape, data).map_err(|e| invalid(e.to_string()))?;
-    Ok(p)
 }
 
 fn smelt_codegen_extent(k: &Kernel) -> Result<i64> {

@@ -297,20 +297,12 @@ fn host_bytes(d: &TensorData) -> &[u8] {
 
 /// Overwrites `t`'s elements with `bytes` (exactly its byte size).
 fn fill_host(t: &mut HostTensor, bytes: &[u8]) -> ExecResult<()> {
-    let placeholder = HostTensor::new(Shape::new(&[0]), TensorData::Bool(Vec::new()))
-        .map_err(|e| invalid(e.to_string()))?;
-    let taken = std::mem::replace(t, placeholder);
-    let shape = taken.shape().clone();
-    let mut data = taken.into_data();
-    with_data!(&mut data, v => {
-        let n = std::mem::size_of_val(v.as_slice());
-        assert_eq!(n, bytes.len(), "fill_host size");
-        // SAFETY: `v` has exactly `n` bytes of plain-data elements (checked above) and
-        // `bytes` as many; a bool is written only from 0/1 bytes produced by the kernels or
-        // copied from a host bool tensor.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().cast::<u8>(), n) };
-    });
-    *t = HostTensor::new(shape, data).map_err(|e| invalid(e.to_string()))?;
+    let n = t.numel() * t.dtype().size_bytes();
+    assert_eq!(n, bytes.len(), "fill_host size");
+    // SAFETY: `t` holds exactly `n` bytes of plain-data elements (checked above) and `bytes`
+    // as many; a bool is written only from 0/1 bytes produced by the kernels or copied from a
+    // host bool tensor.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.data_mut_ptr(), n) };
     Ok(())
 }
 
