@@ -32,6 +32,7 @@ pub mod bench;
 pub mod io;
 pub mod models;
 
+pub use smelt_codegen::llvm::MathMode;
 pub use smelt_frontend as frontend;
 pub use smelt_ir as ir;
 pub use smelt_ir::Signature;
@@ -82,6 +83,11 @@ pub struct Options {
     /// On a CUDA device: which code generator makes the kernels (CUDA C through NVRTC, the
     /// default, or PTX through LLVM's NVPTX back end).
     pub cuda_codegen: CudaCodegen,
+    /// On the CPU: how kernels compute f32 `exp`, `tanh`, `erf` (and `sigmoid`). The default,
+    /// [`MathMode::Polynomial`], is vectorised f32 polynomials within 1–2 ulp;
+    /// [`MathMode::Libm`] matches the C library (and the reference interpreter) bit for bit,
+    /// several times slower. (CUDA C kernels use CUDA's math library.)
+    pub math: MathMode,
 }
 
 impl Options {
@@ -116,6 +122,7 @@ enum Backend {
     Cpu {
         program: Box<smelt_passes::kernel::Program>,
         cpu: Box<smelt_runtime::cpu::CpuProgram>,
+        math: MathMode,
     },
     /// The lowered kernel program on a CUDA GPU.
     Cuda {
@@ -154,10 +161,12 @@ pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
     let backend = match device {
         Device::Cpu => {
             let program = smelt_passes::kernel::lower(&optimized.graph, &optimized.plan)?;
-            let cpu = cpu_program(&program, &optimized.graph, &HashMap::new())?;
+            let math = options.math;
+            let cpu = cpu_program(&program, &optimized.graph, &HashMap::new(), math)?;
             Backend::Cpu {
                 program: Box::new(program),
                 cpu: Box::new(cpu),
+                math,
             }
         }
         Device::Cuda(n) => {
@@ -183,15 +192,24 @@ pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
     Ok(compiled)
 }
 
-/// JIT-compiles `program` for the host with `params` bound, and gives its outputs the shapes
-/// of `graph`'s outputs (buffers are flat).
+/// JIT-compiles `program` for the host with `params` bound and `math` for its transcendental
+/// functions, and gives its outputs the shapes of `graph`'s outputs (buffers are flat).
 fn cpu_program(
     program: &smelt_passes::kernel::Program,
     graph: &Graph,
     params: &HashMap<String, HostTensor>,
+    math: MathMode,
 ) -> Result<smelt_runtime::cpu::CpuProgram> {
     let cpu_err = |e: smelt_runtime::cpu::CpuError| Error::Runtime(e.into());
-    let mut cpu = smelt_runtime::cpu::CpuProgram::compile(program, params).map_err(cpu_err)?;
+    let options = smelt_runtime::cpu::CpuOptions {
+        jit: smelt_codegen::llvm::JitOptions {
+            math,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut cpu =
+        smelt_runtime::cpu::CpuProgram::compile_with(program, params, &options).map_err(cpu_err)?;
     for (name, id) in graph.outputs() {
         cpu.set_output_shape(name, graph.ty(*id).shape.clone())
             .map_err(cpu_err)?;
@@ -296,8 +314,8 @@ impl Compiled {
         self.params.extend(params);
         // The CPU program holds bound parameters; rebuild it with the new set.
         match &mut self.backend {
-            Backend::Cpu { program, cpu } => {
-                **cpu = cpu_program(program, &self.optimized.graph, &self.params)?;
+            Backend::Cpu { program, cpu, math } => {
+                **cpu = cpu_program(program, &self.optimized.graph, &self.params, *math)?;
             }
             Backend::Cuda {
                 program,

@@ -75,6 +75,7 @@ mod with_llvm {
                 cpu: "x86-64".into(),
                 features: String::new(),
             },
+            ..JitOptions::default()
         };
         let ir = optimize("axpy_sse2", &options, build_axpy).unwrap();
         assert!(ir.contains("\"target-cpu\"=\"x86-64\""), "{ir}");

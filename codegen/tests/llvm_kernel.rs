@@ -7,7 +7,7 @@ mod with_llvm {
     use smelt_codegen::llvm::kernel::{
         compile_program_kernels, kernel_extent, optimized_kernel_ir, CompiledKernels,
     };
-    use smelt_codegen::llvm::{CpuTarget, JitOptions};
+    use smelt_codegen::llvm::{CpuTarget, JitOptions, MathMode};
     use smelt_ir::{BinaryOp, DType, NodeId, Scalar, UnaryOp};
     use smelt_passes::kernel::*;
 
@@ -179,8 +179,14 @@ mod with_llvm {
         status
     }
 
+    /// Compiled with [`MathMode::Libm`]: these tests check f32 `exp`/`tanh` against Rust's
+    /// (the C library's) bit for bit; the default polynomial math is `llvm_math.rs`'s.
     fn compile(kernels: &[&Kernel], decls: &[BufferDecl]) -> CompiledKernels {
-        compile_program_kernels(kernels, decls, &JitOptions::default()).expect("compiles")
+        let options = JitOptions {
+            math: MathMode::Libm,
+            ..JitOptions::default()
+        };
+        compile_program_kernels(kernels, decls, &options).expect("compiles")
     }
 
     /// out[i, j] = exp(a[i, j] * b[j] + a[i, j]) over [rows, cols] (b broadcast over rows).
@@ -475,7 +481,7 @@ mod with_llvm {
         }
     }
 
-    /// The inline f32 `tanh` (selects, no calls) vectorises: `<8 x float>` on x86-64-v3.
+    /// The inline glibc f32 `tanh` (selects, no calls) vectorises: `<8 x float>` on x86-64-v3.
     #[test]
     fn the_tanh_loop_vectorises() {
         if !cfg!(target_arch = "x86_64") {
@@ -487,6 +493,7 @@ mod with_llvm {
                 cpu: "x86-64-v3".into(),
                 features: "".into(),
             },
+            math: MathMode::Libm,
             ..JitOptions::default()
         };
         let ir = optimized_kernel_ir(&k, &decls, &v3).unwrap();

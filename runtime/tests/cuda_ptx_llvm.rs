@@ -64,6 +64,7 @@ fn check_at(
     let options = NvptxOptions {
         libdevice: Some(lib.clone()),
         opt_level,
+        ..NvptxOptions::default()
     };
     let m: PtxModule =
         ptx_program(program, ARCH, &options).unwrap_or_else(|e| panic!("{what}: {e}"));

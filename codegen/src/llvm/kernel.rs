@@ -24,9 +24,10 @@
 //! dims: a reduction into accumulators (promoted to registers), or stores.
 //!
 //! What makes the hot loops fast: long float reductions are split into 16 lanes in a fixed
-//! order so that they vectorise under strict FP semantics (`reduce`); f32 `exp` and `erf` are
-//! emitted inline as branch-free code the vectoriser widens (`math`; `exp` stays bit for bit
-//! glibc's); a value a store stage would recompute from an earlier reduction stage (softmax's
+//! order so that they vectorise under strict FP semantics (`reduce`); f32 `exp`, `tanh` and
+//! `erf` are emitted inline as branch-free code the vectoriser widens: f32 polynomials within
+//! an ulp or two by default (`poly`), or the C library's algorithms bit for bit with
+//! [`MathMode::Libm`] (`math`); a value a store stage would recompute from an earlier reduction stage (softmax's
 //! `exp(x - max)`) is kept per element in a stack buffer instead (`reuse`).
 //!
 //! # Values
@@ -49,6 +50,7 @@
 mod access;
 mod convert;
 mod math;
+mod poly;
 mod reduce;
 mod reuse;
 mod scalar;
@@ -57,7 +59,7 @@ use access::check_affine_bounds;
 
 use super::error::{LlvmError, Result};
 use super::jit::{compile, optimize, JitModule};
-use super::options::JitOptions;
+use super::options::{JitOptions, MathMode};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
 use inkwell::context::Context;
@@ -135,7 +137,7 @@ pub fn compile_program_kernels(
     let entries = entry_names(kernels);
     let module = compile("smelt_kernels", options, |ctx, module| {
         for (k, name) in kernels.iter().zip(&entries) {
-            build_kernel(ctx, module, k, buffers, name)?;
+            build_kernel(ctx, module, k, buffers, name, options.math)?;
         }
         Ok(())
     })?;
@@ -151,7 +153,7 @@ pub fn optimized_kernel_ir(
 ) -> Result<String> {
     let name = entry_names(&[kernel]).remove(0);
     optimize("smelt_kernel", options, |ctx, module| {
-        build_kernel(ctx, module, kernel, buffers, &name)
+        build_kernel(ctx, module, kernel, buffers, &name, options.math)
     })
 }
 
@@ -161,13 +163,15 @@ pub(crate) fn bad(kernel: &Kernel, message: impl std::fmt::Display) -> LlvmError
     }
 }
 
-/// Adds `void name(i8** args, i64 start, i64 end)` computing `kernel` to `module`.
+/// Adds `void name(i8** args, i64 start, i64 end)` computing `kernel` to `module`, with f32
+/// `exp`/`tanh`/`erf` computed as `math` says.
 pub fn build_kernel<'ctx>(
     ctx: &'ctx Context,
     module: &Module<'ctx>,
     kernel: &Kernel,
     buffers: &[BufferDecl],
     name: &str,
+    math: MathMode,
 ) -> Result<()> {
     let decls = kernel
         .reads
@@ -253,6 +257,7 @@ pub fn build_kernel<'ctx>(
         vars: Vec::new(),
         stash: HashMap::new(),
         reuse: HashMap::new(),
+        math,
     };
     // Per-element scratch of values kept across stages (see `reuse`), in the entry block.
     let mut scratch: HashMap<ValueId, PointerValue> = HashMap::new();
@@ -341,6 +346,8 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub stash: HashMap<ValueId, PointerValue<'ctx>>,
     /// Values a store stage loads from that scratch instead of computing them.
     pub reuse: HashMap<ValueId, PointerValue<'ctx>>,
+    /// How f32 `exp`, `tanh` and `erf` are computed.
+    pub math: MathMode,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {

@@ -77,7 +77,7 @@
 //! ≤ 1 ulp, `sinf` ≤ 2 ulp) rather than the host C library's, as for the NVRTC path.
 
 use super::error::{LlvmError, Result};
-use super::options::OptLevel;
+use super::options::{MathMode, OptLevel};
 use crate::cuda::LaunchConfig;
 use smelt_passes::kernel::{Kernel, Program, Step};
 use std::sync::Arc;
@@ -155,6 +155,8 @@ pub struct NvptxOptions {
     pub opt_level: OptLevel,
     /// libdevice, needed by kernels with transcendental math or float `remainder`/`floor_div`.
     pub libdevice: Option<Libdevice>,
+    /// How f32 `exp`/`tanh`/`erf` are computed: the CPU generator's code, either way.
+    pub math: MathMode,
 }
 
 /// One kernel entry of a [`PtxModule`].

@@ -1,15 +1,17 @@
 //! Scalar semantics of kernel bodies: instructions, unary and binary ops. Each formula mirrors
-//! `smelt_ir::interp` (`elementwise.rs`) so results match it bit for bit, except where the
-//! interpreter uses Rust's `libm` crate (`erf`: f32 `erf` is inline and within an ulp or two,
-//! f64 calls the C library's `erf`) and integer `floor_div`/`remainder` by zero, which give 0
-//! here. Transcendental functions are LLVM intrinsics (`llvm.exp`, `llvm.log`, `llvm.sin` …
-//! lowered to the C library, as Rust's `f32::exp` is) or C library calls (f64 `tanh`, `erf`)
-//! that MCJIT resolves in the process, except f32 `exp`, `tanh` and `erf`, which are emitted
-//! inline so that they vectorise; `exp` and `tanh` give glibc's `expf`/`tanhf` results bit for
-//! bit (see [`super::math`]).
+//! `smelt_ir::interp` (`elementwise.rs`) so results match it bit for bit, except f32 `exp`,
+//! `tanh` and `erf` (and `sigmoid` through `exp`), integer `floor_div`/`remainder` by zero
+//! (0 here) and, with the `libm` crate's `erf` in the interpreter, f64 `erf`. Transcendental
+//! functions are LLVM intrinsics (`llvm.exp`, `llvm.log`, `llvm.sin` … lowered to the C
+//! library, as Rust's `f32::exp` is) or C library calls (f64 `tanh`, `erf`) that MCJIT
+//! resolves in the process, except f32 `exp`, `tanh` and `erf`, which are emitted inline so
+//! that they vectorise: by default as f32 polynomials within an ulp or two ([`super::poly`]),
+//! with [`MathMode::Libm`] as the C library computes them (`exp` and `tanh` bit for bit
+//! glibc's, `erf` within an ulp of the `libm` crate's; see [`super::math`]).
 
 use super::{Emitter, Val};
 use crate::llvm::error::Result;
+use crate::llvm::options::MathMode;
 use inkwell::types::{BasicType, BasicTypeEnum, FloatType, IntType};
 use inkwell::values::{BasicValueEnum, FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
@@ -77,12 +79,15 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(self.call(&full, t.into(), &[x.into()])?.into_float_value())
     }
 
-    /// `exp(x)`: inline and vectorisable for f32 ([`Emitter::expf`]), `llvm.exp` for f64.
+    /// `exp(x)`: inline and vectorisable for f32 ([`Emitter::exp_poly`], or [`Emitter::expf`]
+    /// with [`MathMode::Libm`]), `llvm.exp` for f64.
     fn exp(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        if x.get_type() == self.f32t() {
-            self.expf(x)
-        } else {
-            self.fcall("llvm.exp", x)
+        if x.get_type() != self.f32t() {
+            return self.fcall("llvm.exp", x);
+        }
+        match self.math {
+            MathMode::Polynomial => self.exp_poly(x),
+            MathMode::Libm => self.expf(x),
         }
     }
 
@@ -207,9 +212,15 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             UnaryOp::Reciprocal => b.build_float_div(one, v, "rcp")?,
             UnaryOp::Sin => self.fcall("llvm.sin", v)?,
             UnaryOp::Cos => self.fcall("llvm.cos", v)?,
-            UnaryOp::Tanh if v.get_type() == self.f32t() => self.tanhf(v)?,
+            UnaryOp::Tanh if v.get_type() == self.f32t() => match self.math {
+                MathMode::Polynomial => self.tanh_poly(v)?,
+                MathMode::Libm => self.tanhf(v)?,
+            },
             UnaryOp::Tanh => self.fcall("tanh", v)?,
-            UnaryOp::Erf if v.get_type() == self.f32t() => self.erff(v)?,
+            UnaryOp::Erf if v.get_type() == self.f32t() => match self.math {
+                MathMode::Polynomial => self.erf_poly(v)?,
+                MathMode::Libm => self.erff(v)?,
+            },
             UnaryOp::Erf => self.fcall("erf", v)?,
             UnaryOp::Sigmoid => {
                 let n = b.build_float_neg(v, "n")?;

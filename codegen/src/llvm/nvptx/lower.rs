@@ -4,7 +4,7 @@
 use super::{launch_for, NvptxIr, NvptxOptions, PtxEntry, PtxModule, BLOCK, STATUS_SYMBOL};
 use crate::llvm::error::{LlvmError, Result};
 use crate::llvm::kernel::{build_kernel, kernel_extent};
-use crate::llvm::options::OptLevel;
+use crate::llvm::options::{MathMode, OptLevel};
 use crate::llvm::target::llvm_opt_level;
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;
@@ -81,6 +81,7 @@ fn build<'ctx>(
     names: &[String],
     buffers: &[BufferDecl],
     machine: &TargetMachine,
+    math: MathMode,
 ) -> Result<Built<'ctx>> {
     let module = ctx.create_module("smelt_ptx");
     module.set_triple(&machine.get_triple());
@@ -118,7 +119,7 @@ fn build<'ctx>(
             .ok_or_else(|| unsupported("its outer dims", "their product overflows i64"))?;
         // The CPU code generator, unchanged: `<cpu>(i8**, i64, i64)` and `<cpu>.body(..)`.
         let cpu = format!("{entry}.cpu");
-        build_kernel(ctx, &module, k, buffers, &cpu)?;
+        build_kernel(ctx, &module, k, buffers, &cpu, math)?;
         let wrapper = module
             .get_function(&cpu)
             .ok_or_else(|| nvptx_err(format!("the CPU generator defined no {cpu}")))?;
@@ -493,7 +494,7 @@ pub(super) fn ptx(
 ) -> Result<PtxModule> {
     let machine = machine(target, options.opt_level)?;
     let ctx = Context::create();
-    let built = build(&ctx, kernels, names, buffers, &machine)?;
+    let built = build(&ctx, kernels, names, buffers, &machine, options.math)?;
     let mut math = Math {
         ctx: &ctx,
         options,
@@ -544,7 +545,7 @@ pub(super) fn ir(
 ) -> Result<NvptxIr> {
     let machine = machine(target, options.opt_level)?;
     let ctx = Context::create();
-    let built = build(&ctx, kernels, names, buffers, &machine)?;
+    let built = build(&ctx, kernels, names, buffers, &machine, options.math)?;
     let before = built.module.print_to_string().to_string();
     let mut math = Math {
         ctx: &ctx,

@@ -1,0 +1,216 @@
+//! f32 `exp`, `tanh` and `erf` as straight-line f32 polynomials ([`MathMode::Polynomial`], the
+//! default): no tables, no f64, no divisions but `tanh`'s one, every branch computed and the
+//! right one selected, so the loop vectoriser widens them to the full SIMD width.
+//!
+//! - `exp(x)`: `x = q·ln2 + s` (`q = rint(x/ln2)`, Cody–Waite with a two-part `ln2`, `|s| ≤
+//!   ln2/2`), `e^s` by a degree-7 polynomial (SLEEF's `expf` coefficients), times `2^q` built
+//!   from exponent bits in two halves (so that `q = 128` and subnormal results are right).
+//! - `tanh(x)`: `|x| < 0.75`: `x + x³·P(x²)` (P of degree 5, fitted for relative error);
+//!   above: `1 - 2/(e^(2|x|) + 1)` with `|x|` clamped to 9.1 (where `tanh` rounds to 1);
+//!   sign restored with `copysign`.
+//! - `erf(x)`: `|x| < 0.875`: `x + x·P(x²)` (P of degree 6); above: `1 - e^Q(|x|)` where `Q`
+//!   (degree 8) fits `ln erfc` on `[0.875, 3.9375]`, `|x|` clamped to 3.9375 (where `erf`
+//!   rounds to 1); sign restored with `copysign`.
+//!
+//! Coefficients were fitted in f64 (weighted least squares iterated towards minimax) and
+//! rounded to f32. Multiply-adds are `llvm.fmuladd` (one FMA where the CPU has it). NaN
+//! propagates (the comparisons choosing a branch send NaN down the polynomial that keeps it;
+//! `exp` puts it back explicitly), ±inf give `exp` +inf/0 and `tanh`/`erf` ±1, ±0 keeps its sign.
+//! The errors in [`MathMode::Polynomial`]'s docs are measured by `codegen/tests/llvm_math.rs`
+//! against f64 math (a sampled sweep in CI, every f32 input in ignored tests).
+
+use super::Emitter;
+use crate::llvm::error::Result;
+#[allow(unused_imports)] // named by the module docs
+use crate::llvm::options::MathMode;
+use inkwell::values::{FloatValue, IntValue};
+use inkwell::FloatPredicate;
+
+/// `1/ln 2`.
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// `ln 2 = L2U + L2L`; `L2U` has few enough bits that `q·L2U` is exact for `|q| ≤ 150`.
+const L2U: f32 = f32::from_bits(0x3f31_7200); // 0.693145751953125
+const L2L: f32 = f32::from_bits(0x35bf_be8e); // 1.4286068e-6
+/// `e^s ≈ 1 + s + s²·P(s)` on `|s| ≤ ln2/2`, highest degree first (SLEEF `xexpf`).
+const EXP_P: [f32; 6] = [
+    0.000_198_527_62,
+    0.001_393_043_6,
+    0.008_333_361,
+    0.041_666_485,
+    0.166_666_67,
+    0.5,
+];
+/// `exp` is evaluated on arguments clamped to `±EXP_CLAMP`: beyond, the result is 0 or +inf
+/// either way (`e^-104` rounds to 0, `e^89` overflows).
+const EXP_CLAMP: f32 = 104.0;
+
+/// `tanh(x) ≈ x + x³·P(x²)` on `|x| < TANH_SMALL`.
+const TANH_SMALL: f32 = 0.75;
+const TANH_P: [f32; 6] = [
+    0.001_736_935_7,
+    -0.007_657_255,
+    0.021_452_034,
+    -0.053_892_724,
+    0.133_326_95,
+    -0.333_333_16,
+];
+/// `tanh(x)` rounds to ±1 in f32 beyond this.
+const TANH_ONE: f32 = 9.1;
+
+/// `erf(x) ≈ x + x·P(x²)` on `|x| < ERF_SMALL`.
+const ERF_SMALL: f32 = 0.875;
+const ERF_P: [f32; 7] = [
+    8.675_43e-5,
+    -0.000_821_111_4,
+    0.005_206_748_4,
+    -0.026_861_586,
+    0.112_837_33,
+    -0.376_126_35,
+    0.128_379_17,
+];
+/// `ln erfc(x) ≈ Q(x)` on `[ERF_SMALL, ERF_ONE]`.
+const ERF_Q: [f32; 9] = [
+    1.614_647_2e-6,
+    -4.558_773_4e-5,
+    0.000_592_619_7,
+    -0.004_738_918,
+    0.026_359_266,
+    -0.109_965_54,
+    -0.631_953_9,
+    -1.130_155,
+    0.000_299_851_35,
+];
+/// `erf(x)` rounds to ±1 in f32 beyond this.
+const ERF_ONE: f32 = 3.9375;
+
+impl<'a, 'ctx> Emitter<'a, 'ctx> {
+    fn k32(&self, v: f32) -> FloatValue<'ctx> {
+        self.f32t().const_float(v as f64)
+    }
+
+    /// `a·b + c`, fused where the CPU has an FMA.
+    fn fmuladd(
+        &self,
+        a: FloatValue<'ctx>,
+        b: FloatValue<'ctx>,
+        c: FloatValue<'ctx>,
+    ) -> Result<FloatValue<'ctx>> {
+        Ok(self
+            .call(
+                "llvm.fmuladd.f32",
+                self.f32t().into(),
+                &[a.into(), b.into(), c.into()],
+            )?
+            .into_float_value())
+    }
+
+    /// A two-operand f32 intrinsic (`llvm.minnum.f32`, `llvm.copysign.f32`, …).
+    fn f32_intrinsic2(
+        &self,
+        name: &str,
+        a: FloatValue<'ctx>,
+        b: FloatValue<'ctx>,
+    ) -> Result<FloatValue<'ctx>> {
+        Ok(self
+            .call(name, self.f32t().into(), &[a.into(), b.into()])?
+            .into_float_value())
+    }
+
+    fn f32_intrinsic1(&self, name: &str, a: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        Ok(self
+            .call(name, self.f32t().into(), &[a.into()])?
+            .into_float_value())
+    }
+
+    /// `c[0]·s^(n-1) + … + c[n-1]` by Horner's rule with multiply-adds.
+    fn poly_eval(&self, s: FloatValue<'ctx>, c: &[f32]) -> Result<FloatValue<'ctx>> {
+        let mut acc = self.k32(c[0]);
+        for &ci in &c[1..] {
+            acc = self.fmuladd(acc, s, self.k32(ci))?;
+        }
+        Ok(acc)
+    }
+
+    /// `2^q` for `-126 ≤ q ≤ 127`, from exponent bits.
+    fn pow2i(&self, q: IntValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        let b = &self.b;
+        let e = b.build_int_add(q, self.i32c(127), "p2.e")?;
+        let e = b.build_left_shift(e, self.i32c(23), "p2.s")?;
+        Ok(b.build_bit_cast(e, self.f32t(), "p2")?.into_float_value())
+    }
+
+    /// `e^x` for a non-NaN `|x| ≤ EXP_CLAMP`.
+    fn exp_in_range(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        let b = &self.b;
+        let i32t = self.ctx.i32_type();
+        let z = b.build_float_mul(x, self.k32(LOG2E), "pe.z")?;
+        let q = self.f32_intrinsic1("llvm.rint.f32", z)?;
+        let qi = b.build_float_to_signed_int(q, i32t, "pe.qi")?;
+        let s = self.fmuladd(q, self.k32(-L2U), x)?;
+        let s = self.fmuladd(q, self.k32(-L2L), s)?;
+        let p = self.poly_eval(s, &EXP_P)?;
+        let ss = b.build_float_mul(s, s, "pe.ss")?;
+        let u = self.fmuladd(ss, p, s)?;
+        let u = b.build_float_add(self.k32(1.0), u, "pe.u")?;
+        // u·2^q as u·2^(q>>1)·2^(q - q>>1): each factor is a normal number for |q| ≤ 150.
+        let q1 = b.build_right_shift(qi, self.i32c(1), true, "pe.q1")?;
+        let q2 = b.build_int_sub(qi, q1, "pe.q2")?;
+        let r = b.build_float_mul(u, self.pow2i(q1)?, "pe.r1")?;
+        Ok(b.build_float_mul(r, self.pow2i(q2)?, "pe.r")?)
+    }
+
+    /// `exp(x)` for an f32 `x` (see the module docs).
+    pub(crate) fn exp_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        let b = &self.b;
+        // NaN becomes -EXP_CLAMP here and is put back below.
+        let xc = self.f32_intrinsic2("llvm.maxnum.f32", x, self.k32(-EXP_CLAMP))?;
+        let xc = self.f32_intrinsic2("llvm.minnum.f32", xc, self.k32(EXP_CLAMP))?;
+        let r = self.exp_in_range(xc)?;
+        let nan = b.build_float_compare(FloatPredicate::UNO, x, x, "pe.nan")?;
+        let quiet = b.build_float_add(x, x, "pe.quiet")?;
+        Ok(b.build_select(nan, quiet, r, "exp")?.into_float_value())
+    }
+
+    /// `tanh(x)` for an f32 `x` (see the module docs).
+    pub(crate) fn tanh_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        let b = &self.b;
+        let a = self.f32_intrinsic1("llvm.fabs.f32", x)?;
+        let s = b.build_float_mul(a, a, "pt.s")?;
+        let p = self.poly_eval(s, &TANH_P)?;
+        let a3 = b.build_float_mul(a, s, "pt.a3")?;
+        let small = self.fmuladd(a3, p, a)?;
+        // NaN takes the small branch (`ULT` is true when unordered), which keeps it.
+        let ac = self.f32_intrinsic2("llvm.minnum.f32", a, self.k32(TANH_ONE))?;
+        let twice = b.build_float_mul(ac, self.k32(2.0), "pt.2a")?;
+        let e = self.exp_in_range(twice)?;
+        let e1 = b.build_float_add(e, self.k32(1.0), "pt.e1")?;
+        let q = b.build_float_div(self.k32(2.0), e1, "pt.q")?;
+        let large = b.build_float_sub(self.k32(1.0), q, "pt.large")?;
+        let is_small =
+            b.build_float_compare(FloatPredicate::ULT, a, self.k32(TANH_SMALL), "pt.lt")?;
+        let r = b
+            .build_select(is_small, small, large, "pt.r")?
+            .into_float_value();
+        self.f32_intrinsic2("llvm.copysign.f32", r, x)
+    }
+
+    /// `erf(x)` for an f32 `x` (see the module docs).
+    pub(crate) fn erf_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        let b = &self.b;
+        let a = self.f32_intrinsic1("llvm.fabs.f32", x)?;
+        let s = b.build_float_mul(a, a, "pf.s")?;
+        let p = self.poly_eval(s, &ERF_P)?;
+        let small = self.fmuladd(a, p, a)?;
+        // NaN takes the small branch (`ULT` is true when unordered), which keeps it.
+        let ac = self.f32_intrinsic2("llvm.minnum.f32", a, self.k32(ERF_ONE))?;
+        let q = self.poly_eval(ac, &ERF_Q)?;
+        let erfc = self.exp_in_range(q)?;
+        let large = b.build_float_sub(self.k32(1.0), erfc, "pf.large")?;
+        let is_small =
+            b.build_float_compare(FloatPredicate::ULT, a, self.k32(ERF_SMALL), "pf.lt")?;
+        let r = b
+            .build_select(is_small, small, large, "pf.r")?
+            .into_float_value();
+        self.f32_intrinsic2("llvm.copysign.f32", r, x)
+    }
+}
