@@ -3,10 +3,12 @@
 
 use super::{overflow, Element, MatmulPlan, Result};
 use crate::cpu::pool::CpuPool;
+use gemm::Parallelism;
 use half::{bf16, f16};
 
 impl MatmulPlan {
-    /// f32 and f64 straight through `gemm`.
+    /// f32 and f64 straight through `gemm`, one single-threaded `gemm` per tile of the output
+    /// (see [`MatmulPlan::tiles`]), the tiles spread over the pool.
     ///
     /// # Safety
     /// As [`MatmulPlan::run_raw`], with `T` the plan's dtype.
@@ -19,30 +21,38 @@ impl MatmulPlan {
     ) -> Result<()> {
         let (m, n, k) = (self.m, self.n, self.k);
         let (lhs, rhs, out) = (Ptr(lhs.cast_mut()), Ptr(rhs.cast_mut()), Ptr(out));
-        self.schedule(pool, |range, par| {
-            for b in range {
+        let tiles = self.tiles(pool.threads());
+        let per_batch = tiles.per_batch();
+        let total = self.batches.saturating_mul(per_batch);
+        pool.for_each_chunk(total as i64, 1, |start, end| {
+            for t in start as usize..end as usize {
+                let (b, rows, cols) = tiles.tile(t / per_batch, t % per_batch, m, n);
                 let (lo, ro) = self.batch_offsets(b);
-                // SAFETY: batch `b`'s output rows lie inside the `out_len` writable elements and
-                // are written by this call only; operand offsets stay within the spans the
-                // caller guarantees readable.
+                let (r0, c0) = (rows.start as isize, cols.start as isize);
+                // SAFETY: the tile's output block (rows x cols of batch `b`) lies inside the
+                // `out_len` writable elements and is written by this call only (tiles are
+                // disjoint); operand offsets stay within the spans the caller guarantees
+                // readable (a row block of lhs, a column block of rhs).
                 unsafe {
-                    let dst = out.get().add(b * m * n);
+                    let dst = out.get().add(b * m * n).offset(r0 * n as isize + c0);
                     if k == 0 {
-                        std::ptr::write_bytes(dst, 0, m * n);
+                        for r in 0..rows.len() {
+                            std::ptr::write_bytes(dst.add(r * n), 0, cols.len());
+                        }
                         continue;
                     }
                     gemm::gemm(
-                        m,
-                        n,
+                        rows.len(),
+                        cols.len(),
                         k,
                         dst,
                         1,
                         n as isize,
                         false,
-                        lhs.get().offset(lo),
+                        lhs.get().offset(lo + r0 * self.lhs.rs),
                         self.lhs.cs,
                         self.lhs.rs,
-                        rhs.get().offset(ro),
+                        rhs.get().offset(ro + c0 * self.rhs.cs),
                         self.rhs.cs,
                         self.rhs.rs,
                         T::ZERO,
@@ -50,7 +60,7 @@ impl MatmulPlan {
                         false,
                         false,
                         false,
-                        par,
+                        Parallelism::None,
                     );
                 }
             }

@@ -13,9 +13,16 @@
 //!   several ulps on long contractions. i32 and i64 use a plain loop with wrapping arithmetic
 //!   (bit-exact with the reference interpreter, whose i64 accumulation narrowed to i32 equals
 //!   wrapping i32). `k = 0` gives zeros. Bool is refused.
-//! - **Threads.** Many small batches run in parallel on the pool, one `gemm` per batch without
-//!   inner threads; few large batches run one after the other, each `gemm` using every pool
-//!   thread (`Parallelism::Rayon`). Integer loops split rows across the pool.
+//! - **Threads.** f32/f64: many (or small) batches run in parallel on the pool, one
+//!   single-threaded `gemm` per batch; fewer large batches than threads are each cut into
+//!   column blocks (row blocks when there are too few columns), one single-threaded `gemm` per
+//!   block, spread over the pool (faster than `gemm`'s own threading, which splits a
+//!   128 x 3072 x 768 product with a transposed operand poorly). Each output element is one
+//!   `gemm` dot product either way, so results do not depend on the thread count. f16/bf16
+//!   (widened per batch) use `gemm`'s threading for few large batches. Integer loops split
+//!   rows across the pool.
+//! - **SIMD.** The `gemm` crate's AVX-512 kernels are compiled in (its `x86-v4` feature) and
+//!   chosen at run time when the CPU has AVX-512; AVX2+FMA kernels otherwise.
 //! - **Accuracy.** `gemm` accumulates in f32 (f32, f16, bf16) or f64 in a
 //!   blocked order, like PyTorch's GEMMs; the reference interpreter accumulates in f64. The
 //!   difference is bounded by `γ_k · Σ_p |a_ip · b_pj|` with `γ_k ≈ k · 2⁻²⁴` for f32 (see
@@ -39,6 +46,42 @@ const OP: &str = "matmul";
 /// Batches whose `m * n * k` is at most this run in parallel across batches even when there are
 /// fewer batches than threads (inner `gemm` threading does not pay off for them).
 const SMALL_GEMM: usize = 64 * 64 * 64;
+
+/// Column blocks of a split batch are multiples of this many columns (whole cache lines of
+/// output, whole `gemm` register tiles) and at least this wide.
+const MIN_TILE_COLS: usize = 32;
+/// Row blocks of a split batch are multiples of this many rows and at least this tall.
+const MIN_TILE_ROWS: usize = 16;
+
+/// A batch's output cut into `row_parts x col_parts` blocks, each computed by its own
+/// single-threaded `gemm` call: every output element is still one `gemm` dot product over the
+/// whole `k`, so results do not depend on the thread count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tiles {
+    row_parts: usize,
+    col_parts: usize,
+}
+
+impl Tiles {
+    fn per_batch(&self) -> usize {
+        self.row_parts * self.col_parts
+    }
+
+    /// Batch, rows and columns of tile `i` of batch `b` (possibly empty when alignment leaves
+    /// fewer blocks than parts) for an `m x n` output.
+    fn tile(&self, b: usize, i: usize, m: usize, n: usize) -> (usize, Range<usize>, Range<usize>) {
+        let block = |len: usize, parts: usize, i: usize, align: usize| {
+            let size = len.div_ceil(parts).div_ceil(align) * align;
+            let start = (i * size).min(len);
+            start..(start + size).min(len)
+        };
+        (
+            b,
+            block(m, self.row_parts, i / self.col_parts, MIN_TILE_ROWS),
+            block(n, self.col_parts, i % self.col_parts, MIN_TILE_COLS),
+        )
+    }
+}
 
 /// An element type a matmul runs on.
 pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
@@ -259,6 +302,34 @@ impl MatmulPlan {
             ro += i * self.rhs.batch[j];
         }
         (lo, ro)
+    }
+
+    /// How f32/f64 batches are cut into tiles for `threads` workers (see [`Tiles`]): whole
+    /// batches when there are enough of them (or they are small), else each batch split into
+    /// `ceil(threads / batches)` column blocks, or row blocks when it has too few columns.
+    fn tiles(&self, threads: usize) -> Tiles {
+        let work = self.m.saturating_mul(self.n).saturating_mul(self.k);
+        let whole = Tiles {
+            row_parts: 1,
+            col_parts: 1,
+        };
+        if threads <= 1 || self.batches >= threads || work <= SMALL_GEMM {
+            return whole;
+        }
+        let parts = threads.div_ceil(self.batches.max(1));
+        if self.n >= parts * MIN_TILE_COLS {
+            Tiles {
+                row_parts: 1,
+                col_parts: parts,
+            }
+        } else if self.m >= parts * MIN_TILE_ROWS {
+            Tiles {
+                row_parts: parts,
+                col_parts: 1,
+            }
+        } else {
+            whole
+        }
     }
 
     /// Calls `body(batches, parallelism)` over all batches: chunks of batches in parallel with
