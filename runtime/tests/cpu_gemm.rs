@@ -233,9 +233,10 @@ fn nan_propagates_to_its_row_and_column() {
     }
 }
 
-/// Batched (parallel over batches) and single large (threads inside `gemm`) products are
-/// bitwise identical for every pool size: `gemm` splits rows and columns across threads but
-/// its `k` blocking, hence each element's order of accumulation, does not depend on them.
+/// Batched (parallel over batches) and single large (per-thread tiles for f32, threads inside
+/// `gemm` for bf16) products are bitwise identical for every pool size: each output element
+/// is one `gemm` dot product whose `k` blocking, hence order of accumulation, depends on
+/// neither.
 #[test]
 fn results_do_not_depend_on_the_thread_count() {
     let a = tensor(DType::F32, &[6, 200, 300], 11);
@@ -255,6 +256,47 @@ fn results_do_not_depend_on_the_thread_count() {
     let first = run(1);
     for threads in [1, 2, 3, 4] {
         assert!(run(threads) == first, "{threads} threads differ from 1");
+    }
+}
+
+/// Products split into per-thread tiles (fewer batches than threads, each large): column
+/// blocks with a ragged or empty last block, row blocks when there are few columns, two
+/// batches split in two; all match the reference and are bitwise identical for every pool size.
+#[test]
+fn tiled_products_match_the_reference_for_every_pool_size() {
+    let cases: &[(&[usize], bool, &[usize], bool)] = &[
+        (&[100, 300], false, &[300, 1000], false),
+        (&[100, 300], false, &[300, 100], true),
+        (&[500, 300], true, &[300, 40], false),
+        (&[20, 1000], false, &[1000, 40], false),
+        (&[2, 90, 200], false, &[200, 230], true),
+    ];
+    let tensors: Vec<_> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, &(l, ta, r, tb))| {
+            let a = tensor(DType::F32, &stored(l, ta), 300 + i as u64);
+            let b = tensor(DType::F32, &stored(r, tb), 400 + i as u64);
+            (a, ta, b, tb)
+        })
+        .collect();
+    let mut first = None;
+    for threads in [1, 2, 3, 4, 5] {
+        let pool = CpuPool::new(threads).unwrap();
+        let outs: Vec<_> = tensors
+            .iter()
+            .map(|(a, ta, b, tb)| {
+                check(&pool, a, *ta, b, *tb);
+                matmul_host(&pool, a, *ta, b, *tb)
+                    .unwrap()
+                    .into_data()
+                    .to_le_bytes()
+            })
+            .collect();
+        match &first {
+            None => first = Some(outs),
+            Some(f) => assert!(&outs == f, "{threads} threads differ from 1"),
+        }
     }
 }
 

@@ -27,6 +27,9 @@ impl MatmulPlan {
         pool.for_each_chunk(total as i64, 1, |start, end| {
             for t in start as usize..end as usize {
                 let (b, rows, cols) = tiles.tile(t / per_batch, t % per_batch, m, n);
+                if rows.is_empty() || cols.is_empty() {
+                    continue;
+                }
                 let (lo, ro) = self.batch_offsets(b);
                 let (r0, c0) = (rows.start as isize, cols.start as isize);
                 // SAFETY: the tile's output block (rows x cols of batch `b`) lies inside the
