@@ -397,7 +397,7 @@ impl CpuProgram {
         let mut outs: Vec<HostTensor> = self
             .outputs
             .iter()
-            .map(|o| HostTensor::zeros(o.dtype, o.shape.clone()))
+            .map(|o| super::pages::fresh_output(o.dtype, o.shape.clone()))
             .collect();
         self.run_into(inputs, &mut outs)?;
         Ok(self

@@ -58,6 +58,7 @@ mod gemm;
 mod jit_cache;
 mod kernel;
 pub mod memory;
+pub mod pages;
 mod pool;
 
 pub use self::gemm::{matmul_host, Element, MatmulOperand, MatmulPlan};
