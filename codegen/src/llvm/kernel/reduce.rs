@@ -15,8 +15,8 @@
 
 use super::{Emitter, Val};
 use crate::llvm::error::Result;
-use inkwell::types::BasicTypeEnum;
-use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
+use inkwell::types::{BasicTypeEnum, VectorType};
+use inkwell::values::{BasicValue, BasicValueEnum, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 use smelt_ir::{BinaryOp, DType};
 use smelt_passes::kernel::{Combiner, Inst, Ty, ValueId};
@@ -200,9 +200,13 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             && inner[0] >= 2 * LANES
     }
 
-    /// A split reduction stage (see the module docs): `LANES` partial accumulators in an array
-    /// (a lane loop the loop vectoriser widens), the halving tree, the tail in order. Emits the
-    /// body once per element; returns the result.
+    /// A split reduction stage (see the module docs): `LANES` partial accumulators held in
+    /// one `<LANES x T>` vector, the halving tree, the tail in order. Each block of `LANES`
+    /// elements runs the body in a lane loop (which the loop vectoriser widens) that stores the
+    /// values into a scratch array; the block then combines the scratch, loaded as one vector,
+    /// into the accumulator vector with the combiner's vector form, so the accumulators stay
+    /// in registers and the chain from block to block is one vector operation. Emits the body
+    /// once per element; returns the result.
     pub(crate) fn reduce_split(
         &mut self,
         body: &[Inst],
@@ -212,28 +216,28 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         value: ValueId,
     ) -> Result<Val<'ctx>> {
         let init = self.reduce_begin(combiner, acc, body, value)?;
-        let identity = self.b.build_load(init.slot, "id")?;
-        let acc_t = self.compute_type(Ty::Data(acc));
-        let arr_t = match acc_t {
-            BasicTypeEnum::FloatType(t) => t.array_type(LANES as u32),
+        let identity = self.b.build_load(init.slot, "id")?.into_float_value();
+        let acc_t = match self.compute_type(Ty::Data(acc)) {
+            BasicTypeEnum::FloatType(t) => t,
             _ => return Err(self.err("a split reduction of a non-float accumulator")),
         };
-        let lanes = self.entry_alloca(arr_t.into(), "lanes")?;
-        let i64t = self.ctx.i64_type();
-        let lane_ptr = |em: &Self, l: IntValue<'ctx>| -> Result<PointerValue<'ctx>> {
-            // SAFETY (of the generated code): `l < LANES`, the array's length.
-            Ok(unsafe {
-                em.b.build_in_bounds_gep(lanes, &[i64t.const_zero(), l], "lane")?
-            })
-        };
+        let vec_t = acc_t.vec_type(LANES as u32);
+        let align = (LANES * acc.size_bytes()) as u32;
+        let scratch = self.entry_alloca(acc_t.array_type(LANES as u32).into(), "lanes")?;
+        set_alignment(scratch, align)?;
+        let accv = self.entry_alloca(vec_t.into(), "accv")?;
+        let mut splat = vec_t.get_undef();
+        let i32t = self.ctx.i32_type();
         for l in 0..LANES {
-            let p = lane_ptr(self, i64t.const_int(l as u64, false))?;
-            self.b.build_store(p, identity)?;
+            let at = i32t.const_int(l as u64, false);
+            splat = self.b.build_insert_element(splat, identity, at, "idv")?;
         }
+        self.b.build_store(accv, splat)?;
+        let i64t = self.ctx.i64_type();
         let depth = self.vars.len();
         let blocks = (n / LANES) as i64;
         let width = self.i64c(LANES as i64);
-        self.counted_loop(self.i64c(0), self.i64c(blocks), "blk", |em, blk| {
+        self.counted_loop_no_unroll(self.i64c(0), self.i64c(blocks), "blk", |em, blk| {
             let base = em.b.build_int_nsw_mul(blk, width, "bbase")?;
             em.counted_loop_no_unroll(em.i64c(0), width, "ln", |em, l| {
                 let i = em.b.build_int_nsw_add(base, l, "li")?;
@@ -242,27 +246,45 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 em.body(body)?;
                 let v = em.value(value)?;
                 let x = em.cast(v, Ty::Data(acc))?;
-                let p = lane_ptr(em, l)?;
-                let cur = em.b.build_load(p, "lc")?;
-                let nv = em.combine(combiner, acc, cur, x)?;
-                em.b.build_store(p, nv)?;
+                // SAFETY (of the generated code): `l < LANES`, the array's length.
+                let p = unsafe {
+                    em.b.build_in_bounds_gep(scratch, &[i64t.const_zero(), l], "lane")?
+                };
+                em.b.build_store(p, x)?;
                 Ok(())
-            })
+            })?;
+            let vp =
+                em.b.build_bit_cast(scratch, vec_t.ptr_type(Default::default()), "lanesv")?
+                    .into_pointer_value();
+            let v = em.b.build_load(vp, "blkv")?;
+            set_alignment(v, align)?;
+            let cur = em.b.build_load(accv, "accc")?.into_vector_value();
+            let nv = em.combine_vector(combiner, cur, v.into_vector_value())?;
+            em.b.build_store(accv, nv)?;
+            Ok(())
         })?;
         self.vars.truncate(depth);
-        let mut vals = Vec::with_capacity(LANES);
-        for l in 0..LANES {
-            let p = lane_ptr(self, i64t.const_int(l as u64, false))?;
-            vals.push(self.b.build_load(p, "lv")?);
-        }
+        // The halving tree on vectors: lanes `0..h` combined with lanes `h..2h`.
+        let mut lanes = self.b.build_load(accv, "accf")?.into_vector_value();
         let mut h = LANES / 2;
         while h > 0 {
-            for l in 0..h {
-                vals[l] = self.combine(combiner, acc, vals[l], vals[l + h])?;
-            }
+            let half = |from: usize| {
+                VectorType::const_vector(
+                    &(from..from + h)
+                        .map(|l| i32t.const_int(l as u64, false))
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let undef = lanes.get_type().get_undef();
+            let lo = self.b.build_shuffle_vector(lanes, undef, half(0), "tlo")?;
+            let hi = self.b.build_shuffle_vector(lanes, undef, half(h), "thi")?;
+            lanes = self.combine_vector(combiner, lo, hi)?;
             h /= 2;
         }
-        self.b.build_store(init.slot, vals[0])?;
+        let first = self
+            .b
+            .build_extract_element(lanes, i32t.const_zero(), "tree")?;
+        self.b.build_store(init.slot, first)?;
         let tail_start = self.i64c(blocks * LANES as i64);
         self.counted_loop(tail_start, self.i64c(n as i64), "tail", |em, i| {
             em.vars.truncate(depth);
@@ -272,6 +294,36 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         })?;
         self.vars.truncate(depth);
         self.reduce_end(&init)
+    }
+
+    /// `combiner(acc, x)` lane by lane on float vectors: the same operations, in the same
+    /// order, as [`Emitter::combine`]'s scalar form (`scalar::float_binary`), so each lane
+    /// rounds exactly as the scalar code would.
+    fn combine_vector(
+        &self,
+        combiner: Combiner,
+        acc: VectorValue<'ctx>,
+        x: VectorValue<'ctx>,
+    ) -> Result<VectorValue<'ctx>> {
+        use FloatPredicate as F;
+        let b = &self.b;
+        Ok(match combiner {
+            Combiner::Sum => b.build_float_add(acc, x, "vsum")?,
+            Combiner::Prod => b.build_float_mul(acc, x, "vprod")?,
+            Combiner::Max | Combiner::Min => {
+                let pred = if combiner == Combiner::Max {
+                    F::OGT
+                } else {
+                    F::OLT
+                };
+                let better = b.build_float_compare(pred, acc, x, "vbt")?;
+                let m = b.build_select(better, acc, x, "vm")?.into_vector_value();
+                let uno = b.build_float_compare(F::UNO, acc, x, "vuno")?;
+                let nan = b.build_float_add(acc, x, "vnan")?;
+                b.build_select(uno, nan, m, "vmm")?.into_vector_value()
+            }
+            _ => return Err(self.err(format!("a split {combiner:?} reduction"))),
+        })
     }
 
     /// The reduction's result after its loop.
@@ -288,4 +340,15 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             },
         })
     }
+}
+
+/// Sets the alignment of an alloca or a load.
+fn set_alignment<'ctx>(v: impl BasicValue<'ctx>, align: u32) -> Result<()> {
+    if let Some(i) = v.as_instruction_value() {
+        i.set_alignment(align)
+            .map_err(|e| crate::llvm::error::LlvmError::Build {
+                message: format!("alignment {align}: {e}"),
+            })?;
+    }
+    Ok(())
 }
