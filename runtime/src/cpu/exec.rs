@@ -18,6 +18,10 @@
 //! buffer reads a neighbouring row (the kernel IR carries no per-axis bound). Integer
 //! `floor_div`/`remainder` by zero give 0 (the interpreter reports an error).
 //!
+//! Weights: a bound f32/f64 matrix that a GEMM reads with its `k` dim contiguous (a linear
+//! layer's `x @ w.T`) is copied row-major `[k, n]` once at compile time, the layout `gemm`
+//! packs fastest; a bound tensor nothing reads any more after that is released (`pack_rhs`).
+//!
 //! Outputs: dtype and shape are checked (the shape given by [`CpuProgram::set_output_shape`],
 //! else a 1-D `[numel]`, since the kernel IR records element counts only). A computed output
 //! is written by its kernel (or GEMM) straight into the caller's tensor: the memory plan binds
@@ -256,6 +260,7 @@ impl CpuProgram {
         };
         let mut compiled = jit(program, &kernels, &options.jit)?.into_iter();
         let mut steps = Vec::with_capacity(program.steps.len());
+        let mut packed = HashMap::new();
         for step in &program.steps {
             steps.push(match step {
                 Step::Kernel(k) => {
@@ -281,9 +286,10 @@ impl CpuProgram {
                         grain: (GRAIN_WORK / work).max(1),
                     }
                 }
-                Step::Gemm(g) => gemm_step(program, g)?,
+                Step::Gemm(g) => gemm_step(program, g, &mut slots, &mut packed)?,
             });
         }
+        drop_unused_bound(program, &steps, &mut slots);
         let written = |b: usize| {
             program.steps.iter().any(|s| match s {
                 Step::Kernel(k) => k.writes.iter().any(|w| w.0 as usize == b),
@@ -565,7 +571,79 @@ fn smelt_codegen_extent(k: &Kernel) -> Result<i64> {
         })
 }
 
-fn gemm_step(program: &Program, g: &Gemm) -> Result<ExecStep> {
+/// Packed copies of bound GEMM operands: (buffer, element offset, dims, strides) → slot.
+type Packed = HashMap<(usize, usize, Vec<usize>, Vec<isize>), usize>;
+
+/// A GEMM's right operand that is a bound f32/f64 matrix (a parameter or constant) read with
+/// its `k` dim contiguous, as `x @ w.T` reads a linear layer's weight, is copied once, at
+/// compile time, into a new bound slot holding it row-major `[k, n]`: `gemm` packs that layout
+/// faster (128 x 3072 x 768: about 2.0 ms instead of 3.0 ms on the 2-core development VM).
+/// Returns the operand to use: the packed slot's (operand, slot, offset 0), or `None` to read
+/// the buffer as it is. The values are the same, so the product is too.
+fn pack_rhs(
+    slots: &mut Vec<Slot>,
+    packed: &mut Packed,
+    buffer: usize,
+    offset: usize,
+    dims: &[usize],
+    strides: &[isize],
+) -> Option<(MatmulOperand, usize)> {
+    let [k, n] = *dims else { return None };
+    let [sk, sn] = *strides else { return None };
+    let Some(Slot::Bound(t)) = slots.get(buffer) else {
+        return None;
+    };
+    if sk != 1 || sn <= 1 || k < 2 || n < 2 {
+        return None;
+    }
+    let key = (buffer, offset, dims.to_vec(), strides.to_vec());
+    if let Some(&slot) = packed.get(&key) {
+        return Some((MatmulOperand::contiguous(dims), slot));
+    }
+    let at = |i: usize, j: usize| offset + i + j * sn as usize;
+    let data = match t.data() {
+        TensorData::F32(v) => TensorData::F32((0..k * n).map(|e| v[at(e / n, e % n)]).collect()),
+        TensorData::F64(v) => TensorData::F64((0..k * n).map(|e| v[at(e / n, e % n)]).collect()),
+        _ => return None,
+    };
+    let tensor = HostTensor::new(Shape::new(&[k, n]), data).ok()?;
+    slots.push(Slot::Bound(tensor));
+    packed.insert(key, slots.len() - 1);
+    Some((MatmulOperand::contiguous(dims), slots.len() - 1))
+}
+
+/// Empties bound slots that no step and no output reads any more (weights every reader of
+/// which now reads a packed copy, see [`pack_rhs`]), so the program does not hold both.
+fn drop_unused_bound(program: &Program, steps: &[ExecStep], slots: &mut [Slot]) {
+    let mut used = vec![false; slots.len()];
+    for step in steps {
+        match step {
+            ExecStep::Kernel { args, .. } => args.iter().for_each(|&a| used[a] = true),
+            ExecStep::Gemm { a, b, out, .. } => {
+                used[a.0] = true;
+                used[b.0] = true;
+                used[*out] = true;
+            }
+        }
+    }
+    for (_, b) in &program.outputs {
+        used[b.0 as usize] = true;
+    }
+    for (slot, used) in slots.iter_mut().zip(used) {
+        if let (Slot::Bound(t), false) = (&*slot, used) {
+            if t.numel() > 0 {
+                *slot = Slot::Bound(HostTensor::zeros(t.dtype(), Shape::new(&[0])));
+            }
+        }
+    }
+}
+
+fn gemm_step(
+    program: &Program,
+    g: &Gemm,
+    slots: &mut Vec<Slot>,
+    packed: &mut Packed,
+) -> Result<ExecStep> {
     let decl = |b: u32| &program.buffers[b as usize];
     let operand = |o: &smelt_passes::kernel::GemmOperand| -> Result<(MatmulOperand, usize)> {
         let strides = o
@@ -606,7 +684,14 @@ fn gemm_step(program: &Program, g: &Gemm) -> Result<ExecStep> {
         Ok((MatmulOperand::new(&o.shape, &strides), o.offset))
     };
     let (a, a_off) = operand(&g.a)?;
-    let (b, b_off) = operand(&g.b)?;
+    let (mut b, mut b_off) = operand(&g.b)?;
+    let mut b_buf = g.b.buffer.0 as usize;
+    if g.dtype.is_float() {
+        let strides: Vec<isize> = g.b.strides.iter().map(|&s| s as isize).collect();
+        if let Some((op, slot)) = pack_rhs(slots, packed, b_buf, b_off, &g.b.shape, &strides) {
+            (b, b_buf, b_off) = (op, slot, 0);
+        }
+    }
     let plan = MatmulPlan::new(g.dtype, &a, &b)?;
     let out = decl(g.out.0);
     if out.dtype != g.dtype || plan.out_len() > out.numel || plan.out_dims() != g.out_shape {
@@ -627,7 +712,7 @@ fn gemm_step(program: &Program, g: &Gemm) -> Result<ExecStep> {
     Ok(ExecStep::Gemm {
         plan,
         a: (g.a.buffer.0 as usize, a_off),
-        b: (g.b.buffer.0 as usize, b_off),
+        b: (b_buf, b_off),
         out: g.out.0 as usize,
     })
 }
