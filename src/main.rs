@@ -61,6 +61,10 @@ enum Command {
         /// On a GPU, generate the kernels with LLVM's NVPTX back end instead of NVRTC.
         #[arg(long)]
         ptx_llvm: bool,
+        /// On the CPU, compute f32 exp/tanh/erf as the C library does (bit for bit what the
+        /// reference interpreter gives) instead of the faster polynomials (within 1.25 ulp).
+        #[arg(long)]
+        libm_math: bool,
     },
     /// Inspect or empty the compiled-kernel cache ($SMELT_CACHE_DIR, default ~/.cache/smelt).
     Cache {
@@ -144,14 +148,18 @@ fn main() -> ExitCode {
             device,
             no_fuse,
             ptx_llvm,
+            libm_math,
         } => run(
             &mut out,
             &file,
             inputs.as_deref(),
             &out_path,
             &device,
-            no_fuse,
-            ptx_llvm,
+            RunFlags {
+                no_fuse,
+                ptx_llvm,
+                libm_math,
+            },
         ),
         Command::Demo { device, seq } => demo(&mut out, &device, seq),
         Command::Bench {
@@ -314,14 +322,20 @@ fn explain(
     Ok(())
 }
 
+/// How `smelt run` compiles.
+struct RunFlags {
+    no_fuse: bool,
+    ptx_llvm: bool,
+    libm_math: bool,
+}
+
 fn run(
     out: &mut String,
     file: &Path,
     inputs: Option<&Path>,
     out_path: &Path,
     device: &str,
-    no_fuse: bool,
-    ptx_llvm: bool,
+    flags: RunFlags,
 ) -> smelt::Result<()> {
     let graph = load_graph(file)?;
     let device: Device = device.parse().map_err(smelt::Error::Runtime)?;
@@ -333,11 +347,16 @@ fn run(
         &graph,
         Options {
             device,
-            no_fuse,
-            cuda_codegen: if ptx_llvm {
+            no_fuse: flags.no_fuse,
+            cuda_codegen: if flags.ptx_llvm {
                 smelt::CudaCodegen::Llvm
             } else {
                 smelt::CudaCodegen::Nvrtc
+            },
+            math: if flags.libm_math {
+                smelt::MathMode::Libm
+            } else {
+                smelt::MathMode::Polynomial
             },
             ..Options::default()
         },
