@@ -104,7 +104,21 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             .into_float_value())
     }
 
-    /// A two-operand f32 intrinsic (`llvm.minnum.f32`, `llvm.copysign.f32`, …).
+    /// `x > c ? x : c` (`above`) or `x < c ? x : c`, NaN giving `c`: what `maxnum`/`minnum`
+    /// give against a constant, in the compare-and-select form x86 lowers to one `maxps`/`minps`
+    /// (the intrinsics add NaN fix-ups there).
+    fn clamp_to(&self, x: FloatValue<'ctx>, c: f32, above: bool) -> Result<FloatValue<'ctx>> {
+        let pred = if above {
+            FloatPredicate::OGT
+        } else {
+            FloatPredicate::OLT
+        };
+        let k = self.k32(c);
+        let keep = self.b.build_float_compare(pred, x, k, "cl.c")?;
+        Ok(self.b.build_select(keep, x, k, "cl")?.into_float_value())
+    }
+
+    /// A two-operand f32 intrinsic (`llvm.copysign.f32`, …).
     fn f32_intrinsic2(
         &self,
         name: &str,
@@ -163,8 +177,8 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     pub(crate) fn exp_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
         // NaN becomes -EXP_CLAMP here and is put back below.
-        let xc = self.f32_intrinsic2("llvm.maxnum.f32", x, self.k32(-EXP_CLAMP))?;
-        let xc = self.f32_intrinsic2("llvm.minnum.f32", xc, self.k32(EXP_CLAMP))?;
+        let xc = self.clamp_to(x, -EXP_CLAMP, true)?;
+        let xc = self.clamp_to(xc, EXP_CLAMP, false)?;
         let r = self.exp_in_range(xc)?;
         let nan = b.build_float_compare(FloatPredicate::UNO, x, x, "pe.nan")?;
         let quiet = b.build_float_add(x, x, "pe.quiet")?;
@@ -180,7 +194,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let a3 = b.build_float_mul(a, s, "pt.a3")?;
         let small = self.fmuladd(a3, p, a)?;
         // NaN takes the small branch (`ULT` is true when unordered), which keeps it.
-        let ac = self.f32_intrinsic2("llvm.minnum.f32", a, self.k32(TANH_ONE))?;
+        let ac = self.clamp_to(a, TANH_ONE, false)?;
         let twice = b.build_float_mul(ac, self.k32(2.0), "pt.2a")?;
         let e = self.exp_in_range(twice)?;
         let e1 = b.build_float_add(e, self.k32(1.0), "pt.e1")?;
@@ -202,7 +216,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let p = self.poly_eval(s, &ERF_P)?;
         let small = self.fmuladd(a, p, a)?;
         // NaN takes the small branch (`ULT` is true when unordered), which keeps it.
-        let ac = self.f32_intrinsic2("llvm.minnum.f32", a, self.k32(ERF_ONE))?;
+        let ac = self.clamp_to(a, ERF_ONE, false)?;
         let q = self.poly_eval(ac, &ERF_Q)?;
         let erfc = self.exp_in_range(q)?;
         let large = b.build_float_sub(self.k32(1.0), erfc, "pf.large")?;
