@@ -110,6 +110,10 @@ enum Command {
         /// Minimum time per timed series, in milliseconds (default 500, 20 with --quick).
         #[arg(long, value_name = "MS")]
         min_time_ms: Option<u64>,
+        /// CPU kernels compute f32 exp/tanh/erf as the C library does (slower; bit for bit
+        /// the reference interpreter) instead of the default polynomials.
+        #[arg(long)]
+        libm_math: bool,
     },
     /// Compile a built-in model (a BERT-style encoder layer) and run it on the best device.
     Demo {
@@ -171,6 +175,7 @@ fn main() -> ExitCode {
             stream_bytes,
             no_stream,
             min_time_ms,
+            libm_math,
         } => {
             let stream = match (no_stream, stream_bytes) {
                 (true, _) => None,
@@ -188,6 +193,11 @@ fn main() -> ExitCode {
                     min_time: min_time_ms.map(std::time::Duration::from_millis),
                     stream,
                     command: std::env::args().collect::<Vec<_>>().join(" "),
+                    math: if libm_math {
+                        smelt::MathMode::Libm
+                    } else {
+                        smelt::MathMode::Polynomial
+                    },
                 },
                 json.as_deref(),
                 chart.as_deref(),

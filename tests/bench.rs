@@ -176,6 +176,7 @@ fn cli_writes_json_and_chart() {
     for key in ["date", "command", "device", "smelt_version"] {
         assert!(report[key].is_string(), "{key}: {report}");
     }
+    assert_eq!(report["math"], "polynomial");
     assert!(report["machine"]["cpu"].is_string());
     assert!(report["machine"]["threads"].is_u64());
     let stream = &report["stream"];
@@ -229,6 +230,29 @@ fn cli_writes_json_and_chart() {
     assert_eq!(svg.matches("<rect class=\"fused\"").count(), 3);
     assert_eq!(svg.matches("<rect class=\"unfused\"").count(), 3);
     assert!(svg.contains("softmax-65536x768"));
+}
+
+/// `--libm-math` is recorded in the output and the JSON; fused and unfused still agree.
+#[test]
+fn cli_libm_math_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let out = smelt(&[
+        "bench",
+        "--quick",
+        "--no-stream",
+        "--case",
+        "chain",
+        "--libm-math",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("f32 exp/tanh/erf: libm"), "{stdout}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["math"], "libm");
+    assert_eq!(report["cases"].as_array().unwrap().len(), 1);
 }
 
 #[test]

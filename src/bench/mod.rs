@@ -15,7 +15,7 @@ pub mod report;
 pub mod run;
 pub mod stream;
 
-use crate::{Device, Result};
+use crate::{Device, MathMode, Result};
 use cases::Size;
 use run::Budget;
 use serde::Serialize;
@@ -39,6 +39,8 @@ pub struct BenchOptions {
     pub stream: Option<StreamSize>,
     /// The command line, recorded in the report.
     pub command: String,
+    /// How CPU kernels compute f32 `exp`/`tanh`/`erf` (`--libm-math`: the C library's way).
+    pub math: MathMode,
 }
 
 /// The copy-bandwidth reference of a run.
@@ -75,6 +77,8 @@ pub struct Report {
     /// The resolved device.
     pub device: String,
     pub quick: bool,
+    /// The CPU kernels' f32 math (`polynomial` or `libm`, see [`MathMode`]).
+    pub math: String,
     pub min_time_ms: f64,
     pub min_iters: usize,
     pub stream: Option<StreamReport>,
@@ -135,7 +139,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
             progress(&format!("[{}/{n}] {}: {what}", i + 1, case.name));
         };
         let copy = before.map(|b| b.gbps);
-        let r = run::measure(case, size, device, &budget, copy, &mut step)?;
+        let r = run::measure(case, size, device, opts.math, &budget, copy, &mut step)?;
         progress(&format!("[{}/{n}] {}", i + 1, report::summary(&r)));
         results.push(r);
     }
@@ -166,6 +170,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         machine: report::machine(),
         device: device.to_string(),
         quick: opts.quick,
+        math: opts.math.to_string(),
         min_time_ms: budget.min_time.as_secs_f64() * 1e3,
         min_iters: budget.min_iters,
         stream,

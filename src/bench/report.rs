@@ -27,6 +27,7 @@ pub fn tables(r: &Report) -> String {
         if r.quick { ", --quick shapes" } else { "" }
     );
     let _ = writeln!(s, "command: {}", r.command);
+    let _ = writeln!(s, "cpu kernels' f32 exp/tanh/erf: {}", r.math);
     match &r.stream {
         Some(st) => {
             let _ = writeln!(

@@ -9,7 +9,7 @@
 //! the figures are the kernels', not the PCIe bus's.
 
 use super::cases::{self, Case, Size};
-use crate::{compile_with, Compiled, CudaProgram, Device, DeviceTensor, Options, Result};
+use crate::{compile_with, Compiled, CudaProgram, Device, DeviceTensor, MathMode, Options, Result};
 use serde::Serialize;
 use smelt_ir::HostTensor;
 use smelt_passes::SaturationReport;
@@ -196,6 +196,7 @@ fn compile(
     graph: &smelt_ir::Graph,
     device: Device,
     no_fuse: bool,
+    math: MathMode,
     params: &HashMap<String, HostTensor>,
 ) -> Result<(Compiled, Duration)> {
     let start = Instant::now();
@@ -204,6 +205,7 @@ fn compile(
         Options {
             device,
             no_fuse,
+            math,
             params: params.clone(),
             ..Options::default()
         },
@@ -263,6 +265,7 @@ pub fn measure(
     case: &Case,
     size: Size,
     device: Device,
+    math: MathMode,
     budget: &Budget,
     copy_gbps: Option<f64>,
     progress: &mut dyn FnMut(&str),
@@ -274,11 +277,11 @@ pub fn measure(
 
     progress("compile");
     smelt_runtime::cpu::clear_jit_cache();
-    let (fused, fused_cold) = compile(&graph, device, false, &params)?;
-    let fused_cached = compile(&graph, device, false, &params)?.1;
+    let (fused, fused_cold) = compile(&graph, device, false, math, &params)?;
+    let fused_cached = compile(&graph, device, false, math, &params)?.1;
     smelt_runtime::cpu::clear_jit_cache();
-    let (unfused, unfused_cold) = compile(&graph, device, true, &params)?;
-    let unfused_cached = compile(&graph, device, true, &params)?.1;
+    let (unfused, unfused_cold) = compile(&graph, device, true, math, &params)?;
+    let unfused_cached = compile(&graph, device, true, math, &params)?.1;
 
     let mut out_fused = zeros_like_outputs(&fused);
     let mut out_unfused = zeros_like_outputs(&unfused);
