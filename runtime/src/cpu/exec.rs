@@ -332,6 +332,66 @@ impl CpuProgram {
         })
     }
 
+    /// Runs every step in order on the arena's pointers (bound by `run_into`).
+    fn run_steps(&self, pool: &CpuPool, arena: &mut Arena) -> Result<()> {
+        for step in &self.steps {
+            let started = self.profile.then(std::time::Instant::now);
+            match step {
+                ExecStep::Kernel {
+                    kernel,
+                    args,
+                    extent,
+                    grain,
+                } => {
+                    arena.args.clear();
+                    arena.args.extend(args.iter().map(|&b| arena.ptrs[b]));
+                    arena.status.store(0, Ordering::Relaxed);
+                    arena.args.push(arena.status.as_ptr().cast());
+                    // SAFETY: every pointer covers its buffer's declared elements (arena slots
+                    // by the plan, bound, input and output tensors by the dtype/numel checks);
+                    // the code generator proved affine accesses in bounds and checks computed
+                    // ones; the kernel writes only arena buffers, whose slots are disjoint from
+                    // every buffer live at the same step, and output tensors, which are the
+                    // caller's exclusively borrowed memory, one per buffer, disjoint from every
+                    // input and bound tensor; nothing else touches them during the launch.
+                    unsafe { kernel.launch(pool, &arena.args, *extent, *grain)? };
+                    if arena.status.load(Ordering::Relaxed) != 0 {
+                        return Err(CpuError::IndexOutOfRange {
+                            kernel: kernel.name().to_string(),
+                        });
+                    }
+                }
+                ExecStep::Gemm {
+                    plan, a, b, out, ..
+                } => {
+                    let size = plan.dtype().size_bytes();
+                    // SAFETY: `gemm_step` checked that the operands' spans (from these element
+                    // offsets) lie inside their buffers and that `out` holds `out_len`
+                    // elements; `out` is an arena slot disjoint from the live operands, or a
+                    // caller's output tensor (exclusively borrowed, disjoint from them).
+                    unsafe {
+                        let pa = arena.ptrs[a.0].add(a.1 * size);
+                        let pb = arena.ptrs[b.0].add(b.1 * size);
+                        plan.run_raw(pool, pa, pb, arena.ptrs[*out])?;
+                    }
+                }
+            }
+            if let Some(t) = started {
+                let name = match step {
+                    ExecStep::Kernel { kernel, extent, .. } => {
+                        format!("{} (extent {extent})", kernel.name())
+                    }
+                    ExecStep::Gemm { plan, .. } => format!("gemm {:?}", plan.out_dims()),
+                };
+                eprintln!(
+                    "smelt-cpu {:>9.3} ms  {name}",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Gives output `name` the shape `shape` (its element count must match).
     pub fn set_output_shape(&mut self, name: &str, shape: Shape) -> Result<()> {
         let o = self
@@ -483,62 +543,11 @@ impl CpuProgram {
                 }
             };
         }
+        // The steps run on a pool thread: each kernel's and GEMM's parallel loop then starts
+        // from inside the pool (work stealing), instead of handing every step over from this
+        // thread and waking it again at the end of each.
         let pool = self.pool.get();
-        for step in &self.steps {
-            let started = self.profile.then(std::time::Instant::now);
-            match step {
-                ExecStep::Kernel {
-                    kernel,
-                    args,
-                    extent,
-                    grain,
-                } => {
-                    arena.args.clear();
-                    arena.args.extend(args.iter().map(|&b| arena.ptrs[b]));
-                    arena.status.store(0, Ordering::Relaxed);
-                    arena.args.push(arena.status.as_ptr().cast());
-                    // SAFETY: every pointer covers its buffer's declared elements (arena slots
-                    // by the plan, bound, input and output tensors by the dtype/numel checks);
-                    // the code generator proved affine accesses in bounds and checks computed
-                    // ones; the kernel writes only arena buffers, whose slots are disjoint from
-                    // every buffer live at the same step, and output tensors, which are the
-                    // caller's exclusively borrowed memory, one per buffer, disjoint from every
-                    // input and bound tensor; nothing else touches them during the launch.
-                    unsafe { kernel.launch(pool, &arena.args, *extent, *grain)? };
-                    if arena.status.load(Ordering::Relaxed) != 0 {
-                        return Err(CpuError::IndexOutOfRange {
-                            kernel: kernel.name().to_string(),
-                        });
-                    }
-                }
-                ExecStep::Gemm {
-                    plan, a, b, out, ..
-                } => {
-                    let size = plan.dtype().size_bytes();
-                    // SAFETY: `gemm_step` checked that the operands' spans (from these element
-                    // offsets) lie inside their buffers and that `out` holds `out_len`
-                    // elements; `out` is an arena slot disjoint from the live operands, or a
-                    // caller's output tensor (exclusively borrowed, disjoint from them).
-                    unsafe {
-                        let pa = arena.ptrs[a.0].add(a.1 * size);
-                        let pb = arena.ptrs[b.0].add(b.1 * size);
-                        plan.run_raw(pool, pa, pb, arena.ptrs[*out])?;
-                    }
-                }
-            }
-            if let Some(t) = started {
-                let name = match step {
-                    ExecStep::Kernel { kernel, extent, .. } => {
-                        format!("{} (extent {extent})", kernel.name())
-                    }
-                    ExecStep::Gemm { plan, .. } => format!("gemm {:?}", plan.out_dims()),
-                };
-                eprintln!(
-                    "smelt-cpu {:>9.3} ms  {name}",
-                    t.elapsed().as_secs_f64() * 1e3
-                );
-            }
-        }
+        pool.install(|| self.run_steps(pool, arena))?;
         for (o, t) in self.outputs.iter().zip(outputs.iter_mut()) {
             if o.fill != Fill::Copy {
                 continue;
