@@ -10,7 +10,8 @@
 //! owned by the program and reused (a second thread running the same program concurrently gets
 //! a fresh arena for that run instead of waiting).
 //!
-//! Kernels run through [`CpuPool`] in chunks of their flattened outer index space (see the
+//! A run's steps execute on a pool thread (one hand-over per run, not per step). Kernels run
+//! through [`CpuPool`] in chunks of their flattened outer index space (see the
 //! calling convention in [`super`]); GEMM steps through [`MatmulPlan`] (whose f16/bf16 path
 //! still allocates f32 scratch per call). A kernel that meets a computed index outside its
 //! buffer (a bad gather index) fails the run with [`CpuError::IndexOutOfRange`]. Only the
