@@ -118,7 +118,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(self.b.build_select(keep, x, k, "cl")?.into_float_value())
     }
 
-    /// A two-operand f32 intrinsic (`llvm.copysign.f32`, …).
+    /// A two-operand f32 intrinsic (`llvm.copysign.f32`).
     fn f32_intrinsic2(
         &self,
         name: &str,
@@ -127,12 +127,6 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     ) -> Result<FloatValue<'ctx>> {
         Ok(self
             .call(name, self.f32t().into(), &[a.into(), b.into()])?
-            .into_float_value())
-    }
-
-    fn f32_intrinsic1(&self, name: &str, a: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        Ok(self
-            .call(name, self.f32t().into(), &[a.into()])?
             .into_float_value())
     }
 
@@ -158,7 +152,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let b = &self.b;
         let i32t = self.ctx.i32_type();
         let z = b.build_float_mul(x, self.k32(LOG2E), "pe.z")?;
-        let q = self.f32_intrinsic1("llvm.rint.f32", z)?;
+        let q = self.fcall("llvm.rint", z)?;
         let qi = b.build_float_to_signed_int(q, i32t, "pe.qi")?;
         let s = self.fmuladd(q, self.k32(-L2U), x)?;
         let s = self.fmuladd(q, self.k32(-L2L), s)?;
@@ -188,7 +182,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// `tanh(x)` for an f32 `x` (see the module docs).
     pub(crate) fn tanh_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
-        let a = self.f32_intrinsic1("llvm.fabs.f32", x)?;
+        let a = self.fcall("llvm.fabs", x)?;
         let s = b.build_float_mul(a, a, "pt.s")?;
         let p = self.poly_eval(s, &TANH_P)?;
         let a3 = b.build_float_mul(a, s, "pt.a3")?;
@@ -200,18 +194,13 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let e1 = b.build_float_add(e, self.k32(1.0), "pt.e1")?;
         let q = b.build_float_div(self.k32(2.0), e1, "pt.q")?;
         let large = b.build_float_sub(self.k32(1.0), q, "pt.large")?;
-        let is_small =
-            b.build_float_compare(FloatPredicate::ULT, a, self.k32(TANH_SMALL), "pt.lt")?;
-        let r = b
-            .build_select(is_small, small, large, "pt.r")?
-            .into_float_value();
-        self.f32_intrinsic2("llvm.copysign.f32", r, x)
+        self.odd_by_magnitude(x, a, TANH_SMALL, small, large)
     }
 
     /// `erf(x)` for an f32 `x` (see the module docs).
     pub(crate) fn erf_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
-        let a = self.f32_intrinsic1("llvm.fabs.f32", x)?;
+        let a = self.fcall("llvm.fabs", x)?;
         let s = b.build_float_mul(a, a, "pf.s")?;
         let p = self.poly_eval(s, &ERF_P)?;
         let small = self.fmuladd(a, p, a)?;
@@ -220,10 +209,24 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let q = self.poly_eval(ac, &ERF_Q)?;
         let erfc = self.exp_in_range(q)?;
         let large = b.build_float_sub(self.k32(1.0), erfc, "pf.large")?;
-        let is_small =
-            b.build_float_compare(FloatPredicate::ULT, a, self.k32(ERF_SMALL), "pf.lt")?;
+        self.odd_by_magnitude(x, a, ERF_SMALL, small, large)
+    }
+
+    /// An odd function's value at `x` from its values at `a = |x|`: `small` below `limit`
+    /// (and for NaN, which `ULT` sends there and the small polynomial keeps), `large` from
+    /// `limit` up, with `x`'s sign.
+    fn odd_by_magnitude(
+        &self,
+        x: FloatValue<'ctx>,
+        a: FloatValue<'ctx>,
+        limit: f32,
+        small: FloatValue<'ctx>,
+        large: FloatValue<'ctx>,
+    ) -> Result<FloatValue<'ctx>> {
+        let b = &self.b;
+        let is_small = b.build_float_compare(FloatPredicate::ULT, a, self.k32(limit), "om.lt")?;
         let r = b
-            .build_select(is_small, small, large, "pf.r")?
+            .build_select(is_small, small, large, "om.r")?
             .into_float_value();
         self.f32_intrinsic2("llvm.copysign.f32", r, x)
     }

@@ -64,7 +64,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             .ok_or_else(|| self.err(format!("{name} returns nothing")))
     }
 
-    fn fcall(&self, name: &str, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+    /// A one-operand float intrinsic (`llvm.fabs` → `llvm.fabs.f32`/`.f64`) or C library
+    /// function (`tanh` → `tanhf`/`tanh`) of `x`'s type.
+    pub(crate) fn fcall(&self, name: &str, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let t = x.get_type();
         let full = if let Some(base) = name.strip_prefix("llvm.") {
             format!(
