@@ -595,9 +595,9 @@ fn pack_rhs(
     packed: &mut Packed,
     buffer: usize,
     offset: usize,
-    dims: &[usize],
-    strides: &[isize],
+    operand: &MatmulOperand,
 ) -> Option<(MatmulOperand, usize)> {
+    let (dims, strides) = (operand.dims(), operand.strides());
     let [k, n] = *dims else { return None };
     let [sk, sn] = *strides else { return None };
     let Some(Slot::Bound(t)) = slots.get(buffer) else {
@@ -697,8 +697,7 @@ fn gemm_step(
     let (mut b, mut b_off) = operand(&g.b)?;
     let mut b_buf = g.b.buffer.0 as usize;
     if g.dtype.is_float() {
-        let strides: Vec<isize> = g.b.strides.iter().map(|&s| s as isize).collect();
-        if let Some((op, slot)) = pack_rhs(slots, packed, b_buf, b_off, &g.b.shape, &strides) {
+        if let Some((op, slot)) = pack_rhs(slots, packed, b_buf, b_off, &b) {
             (b, b_buf, b_off) = (op, slot, 0);
         }
     }

@@ -26,7 +26,8 @@ impl MatmulPlan {
         let total = self.batches.saturating_mul(per_batch);
         pool.for_each_chunk(total as i64, 1, |start, end| {
             for t in start as usize..end as usize {
-                let (b, rows, cols) = tiles.tile(t / per_batch, t % per_batch, m, n);
+                let b = t / per_batch;
+                let (rows, cols) = tiles.tile(t % per_batch, m, n);
                 if rows.is_empty() || cols.is_empty() {
                     continue;
                 }

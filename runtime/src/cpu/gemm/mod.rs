@@ -67,16 +67,15 @@ impl Tiles {
         self.row_parts * self.col_parts
     }
 
-    /// Batch, rows and columns of tile `i` of batch `b` (possibly empty when alignment leaves
-    /// fewer blocks than parts) for an `m x n` output.
-    fn tile(&self, b: usize, i: usize, m: usize, n: usize) -> (usize, Range<usize>, Range<usize>) {
+    /// Rows and columns of tile `i` of a batch (possibly empty when alignment leaves fewer
+    /// blocks than parts) for an `m x n` output.
+    fn tile(&self, i: usize, m: usize, n: usize) -> (Range<usize>, Range<usize>) {
         let block = |len: usize, parts: usize, i: usize, align: usize| {
             let size = len.div_ceil(parts).div_ceil(align) * align;
             let start = (i * size).min(len);
             start..(start + size).min(len)
         };
         (
-            b,
             block(m, self.row_parts, i / self.col_parts, MIN_TILE_ROWS),
             block(n, self.col_parts, i % self.col_parts, MIN_TILE_COLS),
         )
