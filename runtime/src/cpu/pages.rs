@@ -18,7 +18,8 @@ pub const HUGE_MIN: usize = 4 << 20;
 #[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 << 20;
 
-/// A zeroed tensor for a run to write an output into (see the module docs).
+/// A zeroed tensor for a run to write an output into (see the module docs): the CPU
+/// executor's and the CUDA executor's fresh host outputs.
 pub fn fresh_output(dtype: DType, shape: Shape) -> HostTensor {
     let mut t = HostTensor::zeros(dtype, shape);
     let bytes = t.numel() * dtype.size_bytes();

@@ -795,16 +795,20 @@ impl CudaProgram {
             .outputs
             .iter()
             .zip(&self.output_shapes)
-            .map(|(o, s)| HostTensor::zeros(o.dtype, s.clone()))
+            .map(|(o, s)| crate::cpu::pages::fresh_output(o.dtype, s.clone()))
             .collect();
         self.run_into_on_stream(stream, inputs, &mut outs)?;
-        Ok(self
-            .plan
+        Ok(self.named(outs))
+    }
+
+    /// `outs` (one per output, program order) paired with the outputs' names.
+    fn named<T>(&self, outs: Vec<T>) -> Vec<(String, T)> {
+        self.plan
             .outputs
             .iter()
             .map(|o| o.name.clone())
             .zip(outs)
-            .collect())
+            .collect()
     }
 
     /// Runs, writing the outputs into `outputs` (program order; dtypes and shapes must match).
@@ -848,13 +852,7 @@ impl CudaProgram {
             .map(|(o, s)| DeviceTensor::uninit(&self.ctx, o.dtype, s.clone()))
             .collect::<ExecResult<Vec<_>>>()?;
         self.run_impl(stream, Inputs::Device(inputs), Outputs::Device(&mut outs))?;
-        Ok(self
-            .plan
-            .outputs
-            .iter()
-            .map(|o| o.name.clone())
-            .zip(outs)
-            .collect())
+        Ok(self.named(outs))
     }
 
     /// Runs on device tensors, writing into caller-owned device tensors.
