@@ -411,6 +411,17 @@ mod with_llvm {
             .collect()
     }
 
+    /// Fails with the count and the first eight of [`tanh_mismatches`], if any.
+    fn assert_tanhf(c: &CompiledKernels, k: &Kernel, decls: &[BufferDecl], xs: &[f32]) {
+        let bad = tanh_mismatches(c, k, decls, xs);
+        assert!(
+            bad.is_empty(),
+            "{} mismatches, first {:?}",
+            bad.len(),
+            &bad[..bad.len().min(8)]
+        );
+    }
+
     /// 2^20 inputs spread over every bit pattern, a dense run of small and mid-range values,
     /// the specials, and both signs of each branch threshold (glibc's and musl's `tanhf`, and
     /// `expm1f`'s at `2|x|`) ±2 ulp.
@@ -450,13 +461,7 @@ mod with_llvm {
         let xs: Vec<f32> = bits.into_iter().map(f32::from_bits).collect();
         let (k, decls) = tanh_kernel(xs.len());
         let c = compile(&[&k], &decls);
-        let bad = tanh_mismatches(&c, &k, &decls, &xs);
-        assert!(
-            bad.is_empty(),
-            "{} mismatches, first {:?}",
-            bad.len(),
-            &bad[..bad.len().min(8)]
-        );
+        assert_tanhf(&c, &k, &decls, &xs);
     }
 
     /// Every f32 input (2^32 of them, in batches): the inline `tanh` is the C library's `tanhf`
@@ -471,13 +476,7 @@ mod with_llvm {
             let xs: Vec<f32> = (0..n as u64)
                 .map(|i| f32::from_bits((batch * n as u64 + i) as u32))
                 .collect();
-            let bad = tanh_mismatches(&c, &k, &decls, &xs);
-            assert!(
-                bad.is_empty(),
-                "{} mismatches, first {:?}",
-                bad.len(),
-                &bad[..bad.len().min(8)]
-            );
+            assert_tanhf(&c, &k, &decls, &xs);
         }
     }
 

@@ -17,8 +17,8 @@ mod cpu_exec_support;
 mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
-    check_bits, check_close_with, floats, fuzz_cases, fuzz_graphs, fuzz_tolerance,
-    has_accumulation, tensor,
+    assert_no_failures, check_bits, check_close_with, floats, fuzz_cases, fuzz_graphs,
+    fuzz_tolerance, has_accumulation, tensor,
 };
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -530,18 +530,7 @@ fn random_graphs_match_the_interpreter_on_the_gpu() {
         }
     }
     println!("{ran} random graphs checked on the GPU, {skipped} skipped (interpreter errors)");
-    assert!(
-        failures.is_empty(),
-        "{} of {} graphs failed:\n{}",
-        failures.len(),
-        ran + failures.len(),
-        failures
-            .iter()
-            .take(5)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n\n")
-    );
+    assert_no_failures(ran, &failures);
 }
 
 /// The mlp corpus graph (GEMMs + elementwise), its program and bindings.

@@ -398,3 +398,15 @@ pub fn random_kernel_programs(count: usize) -> Vec<(usize, Program)> {
     assert_eq!(programs.len(), count, "too few random graphs had kernels");
     programs
 }
+
+/// Fails with the first five of `failures` (one message per failed graph) and their count out
+/// of `ran` passed plus failed graphs; passes when there are none.
+pub fn assert_no_failures(ran: usize, failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} of {} graphs failed:\n{}",
+        failures.len(),
+        ran + failures.len(),
+        failures[..failures.len().min(5)].join("\n\n")
+    );
+}
