@@ -21,6 +21,20 @@ const MLP: &str = "%x = input \"x\" : f32[2, 3]\n\
                    %1 = relu %0\n\
                    output \"y\" = %1\n";
 
+/// `smelt run FILE --inputs INPUTS --out OUT EXTRA…`.
+fn smelt_run(file: &str, inputs: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        file,
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    smelt(&args)
+}
+
 fn write(dir: &Path, name: &str, contents: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, contents).unwrap();
@@ -68,35 +82,18 @@ fn run_reads_and_writes_safetensors() {
     let inp = dir.path().join("in.safetensors");
     smelt::io::save_safetensors(&inp, [("x", &x), ("w", &w)]).unwrap();
     let outp = dir.path().join("out.safetensors");
-    let out = smelt(&[
-        "run",
-        &file,
-        "--inputs",
-        inp.to_str().unwrap(),
-        "--out",
-        outp.to_str().unwrap(),
-        "--device",
-        "reference",
-    ]);
+    let out = smelt_run(&file, &inp, &outp, &["--device", "reference"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let y = &smelt::io::load_safetensors(&outp).unwrap()["y"];
     // x·w by hand: rows [1+3, 2+3] and [-1-3, -2-3], then relu.
     assert_eq!(y.to_f32_vec(), vec![4.0, 5.0, 0.0, 0.0]);
 
     // The fused CPU backend, fused and unfused, gives the same (exact: small integers).
-    for extra in [&[][..], &["--no-fuse"][..]] {
-        let mut args = vec![
-            "run",
-            &file,
-            "--inputs",
-            inp.to_str().unwrap(),
-            "--out",
-            outp.to_str().unwrap(),
-            "--device",
-            "cpu",
-        ];
-        args.extend_from_slice(extra);
-        let out = smelt(&args);
+    for extra in [
+        &["--device", "cpu"][..],
+        &["--device", "cpu", "--no-fuse"][..],
+    ] {
+        let out = smelt_run(&file, &inp, &outp, extra);
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(
             text(&out.stdout).contains("on cpu"),
@@ -129,16 +126,7 @@ fn run_with_libm_math_matches_the_interpreter_bit_for_bit() {
     smelt::io::save_safetensors(&inp, [("x", &x)]).unwrap();
     let run = |tag: &str, extra: &[&str]| {
         let outp = dir.path().join(format!("{tag}.safetensors"));
-        let mut args = vec![
-            "run",
-            &file,
-            "--inputs",
-            inp.to_str().unwrap(),
-            "--out",
-            outp.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let out = smelt(&args);
+        let out = smelt_run(&file, &inp, &outp, extra);
         assert!(out.status.success(), "{}", text(&out.stderr));
         smelt::io::load_safetensors(&outp).unwrap()
     };
@@ -166,14 +154,7 @@ fn run_with_missing_input_lists_expectations() {
     let inp = dir.path().join("in.safetensors");
     smelt::io::save_safetensors(&inp, [("w", &w)]).unwrap();
     let outp = dir.path().join("out.safetensors");
-    let out = smelt(&[
-        "run",
-        &file,
-        "--inputs",
-        inp.to_str().unwrap(),
-        "--out",
-        outp.to_str().unwrap(),
-    ]);
+    let out = smelt_run(&file, &inp, &outp, &[]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(
