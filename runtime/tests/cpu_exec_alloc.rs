@@ -1,5 +1,5 @@
 //! `CpuProgram::run_into` allocates nothing in steady state (on the calling thread; kernels
-//! small enough to run as one chunk, so no rayon job is queued).
+//! small enough to run as one chunk, so no parallel loop is dispatched).
 
 #![cfg(feature = "llvm")]
 

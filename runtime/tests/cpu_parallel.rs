@@ -189,3 +189,57 @@ fn without_llvm_the_jit_says_not_compiled_in() {
     assert_eq!(e, CpuError::Jit(LlvmError::NotCompiledIn));
     assert!(e.to_string().contains("not compiled in"), "{e}");
 }
+
+#[test]
+fn a_panicking_chunk_is_raised_on_the_caller_after_every_chunk_ran() {
+    let pool = CpuPool::new(3).unwrap();
+    let ran = AtomicU32::new(0);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.for_each_chunk(12, 1, |start, _| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            if start == 5 {
+                panic!("chunk 5 fails");
+            }
+        })
+    }));
+    let payload = caught.expect_err("the chunk's panic reaches the caller");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"chunk 5 fails"));
+    assert_eq!(
+        ran.load(Ordering::Relaxed),
+        12,
+        "every chunk ran to the end"
+    );
+    // The pool is still usable.
+    let sum = std::sync::atomic::AtomicI64::new(0);
+    pool.for_each_chunk(100, 1, |s, e| {
+        sum.fetch_add((s..e).sum::<i64>(), Ordering::Relaxed);
+    })
+    .unwrap();
+    assert_eq!(sum.load(Ordering::Relaxed), 99 * 100 / 2);
+}
+
+#[test]
+fn loops_inside_chunks_and_from_several_threads_cover_every_index_once() {
+    let pool = CpuPool::new(3).unwrap();
+    let (outer, inner) = (9i64, 50i64);
+    let hits: Vec<AtomicU32> = (0..outer * inner).map(|_| AtomicU32::new(0)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                pool.for_each_chunk(outer, 1, |a, b| {
+                    for o in a..b {
+                        // A loop started inside a chunk runs on that chunk's thread.
+                        pool.for_each_chunk(inner, 1, |c, d| {
+                            for i in c..d {
+                                hits[(o * inner + i) as usize].fetch_add(1, Ordering::Relaxed);
+                            }
+                        })
+                        .unwrap();
+                    }
+                })
+                .unwrap()
+            });
+        }
+    });
+    assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 4));
+}

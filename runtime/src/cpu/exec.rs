@@ -544,11 +544,9 @@ impl CpuProgram {
                 }
             };
         }
-        // The steps run on a pool thread: each kernel's and GEMM's parallel loop then starts
-        // from inside the pool (work stealing), instead of handing every step over from this
-        // thread and waking it again at the end of each.
-        let pool = self.pool.get();
-        pool.install(|| self.run_steps(pool, arena))?;
+        // The steps run on this thread, which takes part in each step's parallel loop (see
+        // `pool`: idle workers spin between steps, so no step waits for a wake-up).
+        self.run_steps(self.pool.get(), arena)?;
         for (o, t) in self.outputs.iter().zip(outputs.iter_mut()) {
             if o.fill != Fill::Copy {
                 continue;

@@ -2,25 +2,153 @@
 //! [`super`]).
 //!
 //! An outer range `0..extent` is cut into at most `CHUNKS_PER_THREAD * threads` contiguous
-//! chunks of at least `grain` indices (the last few chunks may be one index shorter), which the
-//! pool's threads run with work stealing. Which thread runs which chunk varies; what each chunk
-//! computes does not, and each output element belongs to exactly one chunk, so results are
-//! bitwise identical across runs, thread counts and grain sizes.
+//! chunks of at least `grain` indices (the last few chunks may be one index shorter). The
+//! calling thread and the pool's `threads - 1` workers take chunks from a shared counter until
+//! none are left. Which thread runs which chunk varies; what each chunk computes does not, and
+//! each output element belongs to exactly one chunk, so results are bitwise identical across
+//! runs, thread counts and grain sizes.
+//!
+//! # Why not rayon
+//!
+//! A program is a sequence of short parallel loops (tens of microseconds each for the kernels
+//! of a BERT layer). The pool is built for that: the caller works on its own loop instead of
+//! handing it over and sleeping, and idle workers spin for [`SPIN`] before they sleep, so the
+//! next step of a program starts on every thread without a futex wake-up (tens of
+//! microseconds each on a virtual machine). A worker that does fall asleep costs the loop
+//! nothing but its help: the caller starts on the chunks at once. `gemm`'s own threading
+//! (used only for few large f16/bf16 products) still runs on a rayon pool, made on first use
+//! ([`CpuPool::install`]).
 
 use super::error::{CpuError, Result};
 use super::KernelFn;
-use rayon::prelude::*;
+use std::any::Any;
+use std::cell::Cell;
 use std::ops::Range;
-use std::sync::OnceLock;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-/// Chunks per worker thread when the range is long enough: more than one so that work
-/// stealing evens out threads that start late or run slower.
+/// Chunks per worker thread when the range is long enough: more than one so that dynamic
+/// scheduling evens out threads that start late or run slower.
 pub const CHUNKS_PER_THREAD: i64 = 4;
+
+/// How long an idle worker spins, watching for the next loop, before it sleeps.
+pub const SPIN: Duration = Duration::from_micros(500);
+
+thread_local! {
+    /// Set on pool workers, and on a caller while it runs chunks of its own loop: a parallel
+    /// loop started there runs inline (the pool's threads are busy with the outer one).
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
 
 /// A fixed set of worker threads that runs kernels over chunks of an outer range.
 pub struct CpuPool {
-    pool: rayon::ThreadPool,
     threads: usize,
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    /// One parallel loop at a time: callers on other threads wait their turn. Holds the last
+    /// loop's job for reuse, so a steady stream of loops allocates nothing.
+    dispatch: Mutex<Option<Arc<Job>>>,
+    /// For `gemm`'s own threading ([`CpuPool::install`]), made on first use.
+    rayon: OnceLock<std::result::Result<rayon::ThreadPool, String>>,
+}
+
+/// What the caller and the workers share.
+struct Shared {
+    /// The latest loop (its number and the loop itself) and the shutdown flag, under a lock
+    /// that sleeping workers wait on.
+    slot: Mutex<Slot>,
+    wake: Condvar,
+    /// `slot.epoch`, readable without the lock by spinning workers.
+    epoch: AtomicU64,
+}
+
+#[derive(Default)]
+struct Slot {
+    epoch: u64,
+    job: Option<Arc<Job>>,
+    sleeping: usize,
+    shutdown: bool,
+}
+
+/// One parallel loop: `n` chunks of a caller's closure, taken in order from `next`.
+struct Job {
+    /// The caller's `Fn(chunk index)`, its lifetime erased: it is called only for a chunk index
+    /// below `n` taken from `next`, and the caller does not return (and the closure lives)
+    /// until all `n` chunks are `done`.
+    run: *const (dyn Fn(i64) + Sync),
+    n: i64,
+    next: AtomicI64,
+    done: AtomicI64,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+// SAFETY: `run` points to a `Sync` closure that outlives every call made through it (see the
+// field's doc); the rest is atomics and a mutex.
+unsafe impl Send for Job {}
+// SAFETY: as for `Send`; the closure is `Sync`, so calls from several threads are allowed.
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Runs chunks until none are left; a panicking chunk still counts as done, and the first
+    /// panic is kept for the caller.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.n {
+                return;
+            }
+            // SAFETY: `i < n` and chunk `i` is not yet done, so the caller is still waiting
+            // in `CpuPool::run_chunks` and the closure is alive.
+            let run = unsafe { &*self.run };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| run(i))) {
+                lock(&self.panic).get_or_insert(p);
+            }
+            self.done.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these locks (chunk panics are caught outside them).
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn worker(shared: &Shared) {
+    INSIDE.with(|c| c.set(true));
+    let mut seen = 0u64;
+    loop {
+        let started = Instant::now();
+        let mut spins = 0u32;
+        while shared.epoch.load(Ordering::Acquire) == seen {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(256) && started.elapsed() >= SPIN {
+                break;
+            }
+        }
+        let job = {
+            let mut slot = lock(&shared.slot);
+            while slot.epoch == seen && !slot.shutdown {
+                slot.sleeping += 1;
+                slot = shared
+                    .wake
+                    .wait(slot)
+                    .unwrap_or_else(PoisonError::into_inner);
+                slot.sleeping -= 1;
+            }
+            if slot.shutdown {
+                return;
+            }
+            seen = slot.epoch;
+            slot.job.clone()
+        };
+        if let Some(job) = job {
+            job.work();
+        }
+    }
 }
 
 impl std::fmt::Debug for CpuPool {
@@ -32,25 +160,41 @@ impl std::fmt::Debug for CpuPool {
 }
 
 impl CpuPool {
-    /// A pool of `threads` workers; 0 means one per available core.
+    /// A pool of `threads` threads (the caller of a loop and `threads - 1` workers); 0 means one
+    /// per available core.
     pub fn new(threads: usize) -> Result<CpuPool> {
         let threads = if threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
             threads
         };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("smelt-cpu-{i}"))
-            .build()
-            .map_err(|e| CpuError::Pool {
-                threads,
-                message: e.to_string(),
-            })?;
-        Ok(CpuPool { pool, threads })
+        let shared = Arc::new(Shared {
+            slot: Mutex::new(Slot::default()),
+            wake: Condvar::new(),
+            epoch: AtomicU64::new(0),
+        });
+        let mut pool = CpuPool {
+            threads,
+            shared,
+            workers: Vec::with_capacity(threads.saturating_sub(1)),
+            dispatch: Mutex::new(None),
+            rayon: OnceLock::new(),
+        };
+        for i in 1..threads {
+            let shared = Arc::clone(&pool.shared);
+            let handle = std::thread::Builder::new()
+                .name(format!("smelt-cpu-{i}"))
+                .spawn(move || worker(&shared))
+                .map_err(|e| CpuError::Pool {
+                    threads,
+                    message: e.to_string(),
+                })?;
+            pool.workers.push(handle);
+        }
+        Ok(pool)
     }
 
-    /// The process-wide pool, one worker per core, started on first use.
+    /// The process-wide pool, one thread per core, started on first use.
     pub fn global() -> Result<&'static CpuPool> {
         static GLOBAL: OnceLock<Result<CpuPool>> = OnceLock::new();
         GLOBAL
@@ -59,14 +203,28 @@ impl CpuPool {
             .map_err(Clone::clone)
     }
 
-    /// The number of worker threads.
+    /// The number of threads a loop runs on (the caller included).
     pub fn threads(&self) -> usize {
         self.threads
     }
 
-    /// Runs `f` inside the pool: rayon work it starts (e.g. `gemm`'s) uses this pool's threads.
-    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(f)
+    /// Runs `f` inside a rayon pool of [`CpuPool::threads`] threads (made on first use): rayon
+    /// work it starts (`gemm`'s own threading) uses those threads.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
+        let pool = self.rayon.get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(self.threads)
+                .thread_name(|i| format!("smelt-gemm-{i}"))
+                .build()
+                .map_err(|e| e.to_string())
+        });
+        match pool {
+            Ok(pool) => Ok(pool.install(f)),
+            Err(message) => Err(CpuError::Pool {
+                threads: self.threads,
+                message: message.clone(),
+            }),
+        }
     }
 
     /// The chunks `0..extent` is split into for `grain` (minimum chunk length, at least 1).
@@ -86,7 +244,9 @@ impl CpuPool {
     }
 
     /// Calls `f(start, end)` once per chunk of `0..extent` (see [`CpuPool::chunks`]), in
-    /// parallel; returns when every call has. A single chunk runs on the calling thread.
+    /// parallel; returns when every call has. A single chunk, a one-thread pool and a loop
+    /// started from inside another loop's chunk run on the calling thread, in order. A panic in
+    /// `f` is raised again on the calling thread once every chunk has finished.
     pub fn for_each_chunk(
         &self,
         extent: i64,
@@ -97,17 +257,71 @@ impl CpuPool {
             return Err(CpuError::NegativeExtent { extent });
         }
         let n = self.chunk_count(extent, grain);
-        match n {
-            0 => {}
-            1 => f(0, extent),
-            _ => self.pool.install(|| {
-                (0..n).into_par_iter().for_each(|i| {
-                    let r = chunk(extent, n, i);
-                    f(r.start, r.end)
-                })
-            }),
+        let each = |i: i64| {
+            let r = chunk(extent, n, i);
+            f(r.start, r.end)
+        };
+        if n <= 1 || self.workers.is_empty() || INSIDE.with(Cell::get) {
+            (0..n).for_each(each);
+        } else {
+            self.run_chunks(n, &each);
         }
         Ok(())
+    }
+
+    /// Runs `each(0..n)` on the caller and the workers (`n >= 2`).
+    fn run_chunks(&self, n: i64, each: &(dyn Fn(i64) + Sync)) {
+        let mut spare = lock(&self.dispatch);
+        // SAFETY (lifetime erasure): the pointer is used only through `Job::work`, which calls
+        // it for chunks below `n` that are not done; this function returns only after all `n`
+        // are done (below), so `each` outlives every call.
+        let run: *const (dyn Fn(i64) + Sync + 'static) = unsafe { std::mem::transmute(each) };
+        let fresh = Job {
+            run,
+            n,
+            next: AtomicI64::new(0),
+            done: AtomicI64::new(0),
+            panic: Mutex::new(None),
+        };
+        // Reuse the last loop's job unless a worker still holds it.
+        let job = match spare.take() {
+            Some(mut job) => match Arc::get_mut(&mut job) {
+                Some(j) => {
+                    *j = fresh;
+                    job
+                }
+                None => Arc::new(fresh),
+            },
+            None => Arc::new(fresh),
+        };
+        {
+            let mut slot = lock(&self.shared.slot);
+            slot.epoch += 1;
+            slot.job = Some(Arc::clone(&job));
+            self.shared.epoch.store(slot.epoch, Ordering::Release);
+            if slot.sleeping > 0 {
+                self.shared.wake.notify_all();
+            }
+        }
+        INSIDE.with(|c| c.set(true));
+        job.work();
+        INSIDE.with(|c| c.set(false));
+        let mut spins = 0u32;
+        while job.done.load(Ordering::Acquire) < n {
+            // A worker is finishing a chunk it took (or was preempted in one).
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) {
+                std::thread::yield_now();
+            }
+        }
+        lock(&self.shared.slot).job = None;
+        let panic = lock(&job.panic).take();
+        *spare = Some(job);
+        drop(spare);
+        if let Some(p) = panic {
+            resume_unwind(p);
+        }
     }
 
     /// Launches `kernel` over `0..extent` in chunks of at least `grain` outer indices.
@@ -132,6 +346,23 @@ impl CpuPool {
             // so concurrent calls write disjoint memory.
             unsafe { kernel(args.0, start, end) }
         })
+    }
+}
+
+impl Drop for CpuPool {
+    fn drop(&mut self) {
+        {
+            let mut slot = lock(&self.shared.slot);
+            slot.shutdown = true;
+            slot.epoch += 1;
+            self.shared.epoch.store(slot.epoch, Ordering::Release);
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            // A worker never panics (chunk panics are caught), so join only fails if one did
+            // anyway; nothing is left to clean up then.
+            let _ = w.join();
+        }
     }
 }
 

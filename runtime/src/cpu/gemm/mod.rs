@@ -350,8 +350,7 @@ impl MatmulPlan {
             } else {
                 Parallelism::None
             };
-            pool.install(|| body(0..self.batches, par));
-            Ok(())
+            pool.install(|| body(0..self.batches, par))
         }
     }
 }
