@@ -502,4 +502,117 @@ mod with_llvm {
             "no <8 x float> in:\n{ir}"
         );
     }
+
+    /// Two kernels that may stream: an elementwise one (`out[i, j] = a[i, j] * b[j] + a[i, j]`
+    /// over outer [rows, cols]) and a row one whose store stage walks an inner dim (outer
+    /// [rows], inner [cols], same values).
+    fn streaming_pair(rows: usize, cols: usize) -> (Vec<Kernel>, Vec<BufferDecl>) {
+        let body = |strides: &[i64], bstrides: &[i64]| {
+            let mut body = Body::default();
+            let a = body.load(DType::F32, 0, 0, strides);
+            let b = body.load(DType::F32, 1, 0, bstrides);
+            let m = body.push(Ty::Data(DType::F32), InstOp::Binary(BinaryOp::Mul, a, b));
+            let s = body.push(Ty::Data(DType::F32), InstOp::Binary(BinaryOp::Add, m, a));
+            (body, s)
+        };
+        let c = cols as i64;
+        let (b1, v1) = body(&[c, 1], &[0, 1]);
+        let elementwise = store_stage(vec![], b1, vec![(2, affine(0, &[c, 1]), v1)]);
+        let (b2, v2) = body(&[c, 1], &[0, 1]);
+        let row = store_stage(vec![cols], b2, vec![(2, affine(0, &[c, 1]), v2)]);
+        let decls = vec![
+            buf(0, DType::F32, rows * cols),
+            buf(1, DType::F32, cols),
+            buf(2, DType::F32, rows * cols),
+        ];
+        (
+            vec![
+                kernel("k_ew", &[0, 1], &[2], &[rows, cols], vec![elementwise]),
+                kernel("k_row", &[0, 1], &[2], &[rows], vec![row]),
+            ],
+            decls,
+        )
+    }
+
+    /// Streaming stores (peeled loops, `!nontemporal` vector stores) give the same bits as plain
+    /// ones for every alignment of the output and every chunking, and write nothing outside it.
+    #[test]
+    fn streaming_stores_match_plain_stores_at_every_alignment() {
+        let (rows, cols) = (6, 203);
+        let (ks, decls) = streaming_pair(rows, cols);
+        let refs: Vec<&Kernel> = ks.iter().collect();
+        let with = |min: Option<u64>| JitOptions {
+            nontemporal_min_bytes: min,
+            ..JitOptions::default()
+        };
+        let streaming = compile_program_kernels(&refs, &decls, &with(Some(0))).unwrap();
+        let plain = compile_program_kernels(&refs, &decls, &with(None)).unwrap();
+        if cfg!(target_arch = "x86_64") {
+            let ir = streaming.module.optimized_ir();
+            for name in ["@k_ew(", "@k_row("] {
+                let f = ir
+                    .split("\ndefine ")
+                    .find(|f| f.contains(name))
+                    .expect("the kernel is defined");
+                let f = f.split("\n}").next().unwrap_or(f);
+                assert!(f.contains("!nontemporal"), "no streaming store in:\n{f}");
+                assert!(f.contains("llvm.x86.sse.sfence"), "no sfence in:\n{f}");
+            }
+            assert!(!plain.module.optimized_ir().contains("!nontemporal"));
+        }
+        let n = rows * cols;
+        let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let b: Vec<f32> = (0..cols).map(|i| i as f32 * 0.1 - 1.0).collect();
+        let mut want = vec![0f32; n];
+        for i in 0..rows {
+            for j in 0..cols {
+                let x = a[i * cols + j];
+                want[i * cols + j] = x * b[j] + x;
+            }
+        }
+        type F = unsafe extern "C" fn(*const *mut u8, i64, i64);
+        const GUARD: usize = 64;
+        for (k, kern) in ks.iter().enumerate() {
+            let extent = kernel_extent(kern).unwrap();
+            for compiled in [&streaming, &plain] {
+                // SAFETY: the code generator emits `void (i8**, i64, i64)` entry points.
+                let f: F = unsafe { compiled.module.function(&compiled.entries[k]) }.unwrap();
+                for shift in 0..16 {
+                    for chunk in [1, 7, 64, 203, 1000, extent] {
+                        let mut out = vec![f32::from_bits(0x7fc0_dead); n + 2 * GUARD];
+                        let mut status = 0i32;
+                        let args: [*mut u8; 4] = [
+                            a.as_ptr().cast_mut().cast(),
+                            b.as_ptr().cast_mut().cast(),
+                            out[GUARD - shift..].as_mut_ptr().cast(),
+                            (&mut status as *mut i32).cast(),
+                        ];
+                        let mut s = 0;
+                        while s < extent {
+                            let e = (s + chunk).min(extent);
+                            // SAFETY: `a` and `b` hold their declared elements, the output
+                            // pointer has `n` elements after it (and `GUARD - shift` before).
+                            unsafe { f(args.as_ptr(), s, e) };
+                            s = e;
+                        }
+                        assert_eq!(status, 0);
+                        let got = &out[GUARD - shift..GUARD - shift + n];
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(g, w)| g.to_bits() == w.to_bits());
+                        assert!(same, "kernel {k}, shift {shift}, chunk {chunk}");
+                        let (before, after) = (&out[..GUARD - shift], &out[GUARD - shift + n..]);
+                        assert!(
+                            before
+                                .iter()
+                                .chain(after)
+                                .all(|v| v.to_bits() == 0x7fc0_dead),
+                            "kernel {k}, shift {shift}, chunk {chunk}: a write outside the output"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

@@ -226,8 +226,16 @@ fn kernel_bodies_are_the_cpu_generators() {
             let data = TargetData::create(layout);
             module.set_data_layout(&data.get_data_layout());
             let cpu = format!("{entry}.cpu");
-            build_kernel(&ctx, &module, k, &program.buffers, &cpu, options().math)
-                .expect("CPU build");
+            build_kernel(
+                &ctx,
+                &module,
+                k,
+                &program.buffers,
+                &cpu,
+                options().math,
+                None,
+            )
+            .expect("CPU build");
             let body = format!("{cpu}.body");
             let host = module
                 .get_function(&body)

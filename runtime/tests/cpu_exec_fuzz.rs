@@ -19,6 +19,9 @@
 //! non-finite values match: an accumulation that overflows gives ±inf or NaN depending on its
 //! order.
 //!
+//! Every fused program is also compiled with streaming stores on every kernel
+//! (`JitOptions::nontemporal_min_bytes = Some(0)`) and must give the same bits.
+//!
 //! Graphs on which the interpreter reports an error (integer division by zero, a gather index
 //! out of range) are skipped. `SMELT_FUZZ_CASES` sets the number of graphs (default 256);
 //! cases come from a fixed seed, so a failure reproduces with its case number.
@@ -28,7 +31,8 @@
 mod cpu_exec_support;
 
 use cpu_exec_support::{
-    assert_no_failures, check_close_with, fuzz_cases, fuzz_graphs, fuzz_tolerance, has_accumulation,
+    assert_no_failures, check_bits, check_close_with, fuzz_cases, fuzz_graphs, fuzz_tolerance,
+    has_accumulation,
 };
 use smelt_ir::interp::eval;
 use smelt_ir::{Graph, HostTensor};
@@ -42,7 +46,7 @@ static STATS: [AtomicUsize; 3] = [
     AtomicUsize::new(0),
 ];
 use smelt_passes::{optimize, PassOptions};
-use smelt_runtime::cpu::CpuProgram;
+use smelt_runtime::cpu::{CpuOptions, CpuProgram};
 use std::collections::HashMap;
 
 /// Runs one graph fused and unfused; `Ok(false)` when the interpreter rejects it.
@@ -69,6 +73,20 @@ fn check_graph(graph: &Graph, bindings: &HashMap<String, HostTensor>) -> Result<
                 .map_err(|e| format!("output shape: {e}"))?;
         }
         let got = exe.run(bindings).map_err(|e| format!("run: {e}"))?;
+        if fuse {
+            // Streaming stores (peeled loops, non-temporal vector stores) on every kernel give
+            // the same bits as plain stores.
+            let mut streaming = CpuOptions::default();
+            streaming.jit.nontemporal_min_bytes = Some(0);
+            let exe = CpuProgram::compile_with(&program, &params, &streaming)
+                .map_err(|e| format!("compile (streaming): {e}"))?;
+            let again = exe
+                .run(bindings)
+                .map_err(|e| format!("run (streaming): {e}"))?;
+            for ((name, g), (_, a)) in got.iter().zip(&again) {
+                check_bits(&format!("{name} (streaming stores)"), a, g)?;
+            }
+        }
         let oracle = eval_program(&program, bindings).ok();
         for s in &program.steps {
             let i = usize::from(matches!(s, Step::Gemm(_)));

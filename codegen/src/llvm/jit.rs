@@ -271,6 +271,7 @@ fn prepare(
             pipeline,
             message: e.to_string(),
         })?;
+    super::kernel::mark_streaming_stores(module)?;
     Ok(module.print_to_string().to_string())
 }
 

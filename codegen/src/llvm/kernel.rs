@@ -54,8 +54,11 @@ mod poly;
 mod reduce;
 mod reuse;
 mod scalar;
+mod stream;
 
 use access::check_affine_bounds;
+pub(crate) use stream::mark_streaming_stores;
+use stream::{contiguous_store, streams, AlignedStore, STREAMING_ATTR};
 
 use super::error::{LlvmError, Result};
 use super::jit::{compile, optimize, JitModule};
@@ -69,7 +72,7 @@ use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 use smelt_ir::DType;
 use smelt_passes::kernel::{
-    BufferDecl, IndexWidth, Inst, Kernel, Program, StageEffect, Step, Ty, ValueId,
+    Access, BufferDecl, BufferId, IndexWidth, Inst, Kernel, Program, StageEffect, Step, Ty, ValueId,
 };
 use std::collections::HashMap;
 
@@ -137,7 +140,15 @@ pub fn compile_program_kernels(
     let entries = entry_names(kernels);
     let module = compile("smelt_kernels", options, |ctx, module| {
         for (k, name) in kernels.iter().zip(&entries) {
-            build_kernel(ctx, module, k, buffers, name, options.math)?;
+            build_kernel(
+                ctx,
+                module,
+                k,
+                buffers,
+                name,
+                options.math,
+                options.nontemporal_min_bytes,
+            )?;
         }
         Ok(())
     })?;
@@ -153,7 +164,15 @@ pub fn optimized_kernel_ir(
 ) -> Result<String> {
     let name = entry_names(&[kernel]).remove(0);
     optimize("smelt_kernel", options, |ctx, module| {
-        build_kernel(ctx, module, kernel, buffers, &name, options.math)
+        build_kernel(
+            ctx,
+            module,
+            kernel,
+            buffers,
+            &name,
+            options.math,
+            options.nontemporal_min_bytes,
+        )
     })
 }
 
@@ -164,7 +183,9 @@ pub(crate) fn bad(kernel: &Kernel, message: impl std::fmt::Display) -> LlvmError
 }
 
 /// Adds `void name(i8** args, i64 start, i64 end)` computing `kernel` to `module`, with f32
-/// `exp`/`tanh`/`erf` computed as `math` says.
+/// `exp`/`tanh`/`erf` computed as `math` says, and streaming stores when every buffer it writes
+/// is at least `nontemporal_min_bytes` long (see `stream`; `None` for never, and for targets
+/// other than the host CPU).
 pub fn build_kernel<'ctx>(
     ctx: &'ctx Context,
     module: &Module<'ctx>,
@@ -172,6 +193,7 @@ pub fn build_kernel<'ctx>(
     buffers: &[BufferDecl],
     name: &str,
     math: MathMode,
+    nontemporal_min_bytes: Option<u64>,
 ) -> Result<()> {
     let decls = kernel
         .reads
@@ -231,6 +253,22 @@ pub fn build_kernel<'ctx>(
     call_args.push(param(entry_fn, 1)?.into());
     call_args.push(param(entry_fn, 2)?.into());
     b.build_call(body_fn, &call_args, "")?;
+    let streaming = streams(kernel, buffers, nontemporal_min_bytes);
+    if streaming {
+        entry_fn.add_attribute(
+            AttributeLoc::Function,
+            ctx.create_string_attribute(STREAMING_ATTR, ""),
+        );
+        if cfg!(target_arch = "x86_64") {
+            // Streaming stores are weakly ordered: drain them before the chunk is reported
+            // done to the thread that will read its outputs.
+            let sfence = "llvm.x86.sse.sfence";
+            let f = module.get_function(sfence).unwrap_or_else(|| {
+                module.add_function(sfence, ctx.void_type().fn_type(&[], false), None)
+            });
+            b.build_call(f, &[], "")?;
+        }
+    }
     b.build_return(None)?;
 
     let builder = ctx.create_builder();
@@ -258,6 +296,8 @@ pub fn build_kernel<'ctx>(
         stash: HashMap::new(),
         reuse: HashMap::new(),
         math,
+        streaming,
+        aligned: None,
     };
     // Per-element scratch of values kept across stages (see `reuse`), in the entry block.
     let mut scratch: HashMap<ValueId, PointerValue> = HashMap::new();
@@ -348,6 +388,10 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub reuse: HashMap<ValueId, PointerValue<'ctx>>,
     /// How f32 `exp`, `tanh` and `erf` are computed.
     pub math: MathMode,
+    /// Whether contiguous store loops are peeled for streaming stores (see `stream`).
+    pub streaming: bool,
+    /// Inside such a loop's aligned part: the store addressed from the aligned pointer.
+    aligned: Option<AlignedStore<'ctx>>,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
@@ -386,6 +430,13 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         if outer.contains(&0) {
             return Ok(());
         }
+        // An elementwise kernel's stores walk the last outer dim: that loop may stream.
+        let elementwise = self.streaming
+            && self
+                .kernel
+                .stages
+                .iter()
+                .all(|s| s.inner.is_empty() && matches!(s.effect, StageEffect::Store(_)));
         let d_last = self.i64c(last as i64);
         let one = self.i64c(1);
         let row0 = self.b.build_int_signed_div(start, d_last, "row0")?;
@@ -411,8 +462,12 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             let over =
                 em.b.build_int_compare(IntPredicate::SGT, hi, d_last, "over")?;
             let hi = em.b.build_select(over, d_last, hi, "j1")?.into_int_value();
-            em.counted_loop(lo, hi, "j", |em, j| {
-                em.vars = prefix.clone();
+            em.vars.clone_from(&prefix);
+            let target = elementwise
+                .then(|| contiguous_store(&em.kernel.stages, outer.len() - 1))
+                .flatten();
+            em.streaming_loop(lo, hi, "j", target, &mut |em, j| {
+                em.vars.clone_from(&prefix);
                 em.vars.push(j);
                 em.point()
             })
@@ -442,7 +497,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     result,
                 } => {
                     let red = self.reduce_begin(*combiner, *acc, &stage.body, *value)?;
-                    self.loop_nest(&stage.inner, &mut |em| {
+                    self.loop_nest(&stage.inner, None, &mut |em| {
                         em.body(&stage.body)?;
                         em.reduce_step(&red)
                     })?;
@@ -450,7 +505,11 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     self.values.insert(*result, r);
                 }
                 StageEffect::Store(stores) => {
-                    self.loop_nest(&stage.inner, &mut |em| {
+                    let innermost = outer_vars.len() + stage.inner.len();
+                    let target = (self.streaming && !stage.inner.is_empty())
+                        .then(|| contiguous_store([stage], innermost - 1))
+                        .flatten();
+                    self.loop_nest(&stage.inner, target, &mut |em| {
                         em.body(&stage.body)?;
                         for st in stores {
                             let v = em.value(st.value)?;
@@ -464,10 +523,12 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(())
     }
 
-    /// Nested counted loops over `dims` (pushing their variables), running `f` innermost.
+    /// Nested counted loops over `dims` (pushing their variables), running `f` innermost; the
+    /// innermost loop streams `target`'s store when there is one (see `stream`).
     fn loop_nest(
         &mut self,
         dims: &[usize],
+        target: Option<(BufferId, Access)>,
         f: &mut dyn FnMut(&mut Emitter<'a, 'ctx>) -> Result<()>,
     ) -> Result<()> {
         let Some((&first, rest)) = dims.split_first() else {
@@ -475,11 +536,20 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         };
         let depth = self.vars.len();
         let hi = self.i64c(first as i64);
-        self.counted_loop(self.i64c(0), hi, "inner", |em, i| {
-            em.vars.truncate(depth);
-            em.vars.push(i);
-            em.loop_nest(rest, f)
-        })?;
+        let lo = self.i64c(0);
+        if rest.is_empty() {
+            self.streaming_loop(lo, hi, "inner", target, &mut |em, i| {
+                em.vars.truncate(depth);
+                em.vars.push(i);
+                f(em)
+            })?;
+        } else {
+            self.counted_loop(lo, hi, "inner", |em, i| {
+                em.vars.truncate(depth);
+                em.vars.push(i);
+                em.loop_nest(rest, target, f)
+            })?;
+        }
         self.vars.truncate(depth);
         Ok(())
     }

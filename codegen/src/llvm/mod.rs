@@ -27,7 +27,7 @@ mod error;
 mod options;
 
 pub use error::{LlvmError, Result};
-pub use options::{CpuTarget, HostTarget, JitOptions, MathMode, OptLevel};
+pub use options::{CpuTarget, HostTarget, JitOptions, MathMode, OptLevel, NONTEMPORAL_MIN_BYTES};
 
 #[cfg(feature = "llvm")]
 pub mod demo;

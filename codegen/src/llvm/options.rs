@@ -66,23 +66,38 @@ impl fmt::Display for MathMode {
     }
 }
 
+/// A threshold for [`JitOptions::nontemporal_min_bytes`] (16 MiB, past the per-core caches)
+/// for callers that opt in to streaming stores.
+pub const NONTEMPORAL_MIN_BYTES: u64 = 16 << 20;
+
 /// Options of one JIT compilation. Part of a kernel cache key, with [`HostTarget`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct JitOptions {
     pub opt_level: OptLevel,
     pub target: CpuTarget,
     pub math: MathMode,
+    /// A kernel every buffer of which it writes is at least this many bytes stores whole
+    /// aligned 64-byte vectors with non-temporal (streaming) stores, which skip the
+    /// read-for-ownership of each output cache line. Values are unchanged either way.
+    /// `None` (the default): never. Opt-in, because on the machine it was measured on (a
+    /// 2-vCPU VM with a 480 MB last-level cache) streaming made every fused kernel slower,
+    /// even ones writing 1 GiB (see BENCHMARKS.md).
+    pub nontemporal_min_bytes: Option<u64>,
 }
 
 impl fmt::Display for JitOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.target {
-            CpuTarget::Host => write!(f, "{} host math={}", self.opt_level, self.math),
+            CpuTarget::Host => write!(f, "{} host math={}", self.opt_level, self.math)?,
             CpuTarget::Named { cpu, features } => write!(
                 f,
                 "{} cpu={cpu} features={features} math={}",
                 self.opt_level, self.math
-            ),
+            )?,
+        }
+        match self.nontemporal_min_bytes {
+            Some(n) => write!(f, " nontemporal>={n}"),
+            None => write!(f, " nontemporal=off"),
         }
     }
 }

@@ -88,7 +88,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     }
 
     /// The element pointer of an access, and whether it is in bounds (`None`: always, affine).
-    fn address(
+    pub(crate) fn address(
         &mut self,
         buffer: BufferId,
         access: &Access,
@@ -97,6 +97,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let i64t = self.ctx.i64_type();
         match access {
             Access::Affine { offset, strides } => {
+                if let Some(p) = self.aligned_address(buffer, access)? {
+                    return Ok((p, None, decl));
+                }
                 if strides.len() != self.vars.len() {
                     return Err(self.err("access strides do not match the loop variables"));
                 }

@@ -119,7 +119,7 @@ fn build<'ctx>(
             .ok_or_else(|| unsupported("its outer dims", "their product overflows i64"))?;
         // The CPU code generator, unchanged: `<cpu>(i8**, i64, i64)` and `<cpu>.body(..)`.
         let cpu = format!("{entry}.cpu");
-        build_kernel(ctx, &module, k, buffers, &cpu, math)?;
+        build_kernel(ctx, &module, k, buffers, &cpu, math, None)?;
         let wrapper = module
             .get_function(&cpu)
             .ok_or_else(|| nvptx_err(format!("the CPU generator defined no {cpu}")))?;

@@ -1,0 +1,314 @@
+//! Non-temporal ("streaming") stores for kernels that write large buffers.
+//!
+//! A plain store to memory first reads the cache line it writes (read-for-ownership), so a
+//! kernel that reads one buffer and writes another moves three bytes for every two it needs;
+//! a non-temporal store writes whole lines without reading them, like `memcpy` does for large
+//! copies. x86 has such stores only for whole vectors at aligned addresses (`vmovntps`), and
+//! LLVM's loop vectoriser refuses to widen a scalar store marked `!nontemporal` unless it is
+//! already aligned for a vector. So, for a kernel whose written buffers are all at least
+//! [`JitOptions::nontemporal_min_bytes`](crate::llvm::JitOptions) long:
+//!
+//! 1. **Peeling** ([`Emitter::streaming_loop`]): the loop over the variable a store walks
+//!    contiguously (an elementwise kernel's last outer dim, a row kernel's innermost store
+//!    loop) is split in two: a head of at most `64 / element size - 1` iterations, up to the
+//!    first element of that store's buffer at a 64-byte boundary, then the main loop, whose
+//!    entry tells LLVM so (`llvm.assume((ptrtoint p & 63) == 0)`) and which addresses that
+//!    buffer from the aligned pointer. Both run the same body, so the values are unchanged.
+//! 2. **Optimisation** as usual: the vectoriser widens the main loop, and instcombine derives
+//!    that its vector stores are 64-byte aligned from the assumption.
+//! 3. **Marking** ([`mark_streaming_stores`], after optimisation): in such a kernel's entry
+//!    function every store of a whole 64-byte vector aligned to 64 bytes (one cache line),
+//!    to memory other than the stack, gets `!nontemporal`; the back end then emits streaming
+//!    stores for them. Stores LLVM could not prove aligned stay plain stores: marking is never
+//!    wrong, only sometimes absent. Narrower vectors (the vectoriser's 32-byte epilogue) are
+//!    left plain: half-line streaming stores made a permute kernel 18x slower when measured.
+//!
+//! Streaming is opt-in (`JitOptions::nontemporal_min_bytes`, default `None`): on the VM it
+//! was measured on, it made every fused kernel slower (BENCHMARKS.md).
+//! 4. **Ordering**: streaming stores are weakly ordered, so the entry function ends with
+//!    `sfence` (x86-64) before it returns and the pool reports the chunk done.
+
+use super::Emitter;
+use crate::llvm::error::Result;
+use inkwell::attributes::AttributeLoc;
+use inkwell::module::Module;
+use inkwell::targets::TargetData;
+use inkwell::types::BasicType;
+use inkwell::values::{
+    BasicValue, BasicValueEnum, InstructionOpcode, InstructionValue, IntValue, Operand,
+    PointerValue,
+};
+use inkwell::{AddressSpace, IntPredicate};
+use smelt_passes::kernel::{Access, BufferDecl, BufferId, Kernel, Stage, StageEffect};
+
+/// The function attribute that marks a kernel entry whose vector stores may stream.
+pub(crate) const STREAMING_ATTR: &str = "smelt-streaming-stores";
+
+/// The alignment the main loop starts at: one AVX-512 vector, one cache line.
+const ALIGN: u64 = 64;
+
+/// Whether `kernel` streams its stores under `min_bytes` (see the module docs): every buffer
+/// it writes is at least that long.
+pub(crate) fn streams(kernel: &Kernel, buffers: &[BufferDecl], min_bytes: Option<u64>) -> bool {
+    let Some(min) = min_bytes else {
+        return false;
+    };
+    !kernel.writes.is_empty()
+        && kernel.writes.iter().all(|id| {
+            buffers.get(id.0 as usize).is_some_and(|b| {
+                (b.numel as u64).saturating_mul(b.dtype.size_bytes() as u64) >= min
+            })
+        })
+}
+
+/// The main loop's aligned pointer into one buffer (see [`Emitter::streaming_loop`]).
+pub(crate) struct AlignedStore<'ctx> {
+    buffer: BufferId,
+    access: Access,
+    /// The element at loop variable `at`, 64-byte aligned.
+    base: PointerValue<'ctx>,
+    at: IntValue<'ctx>,
+}
+
+/// The first store among `stages` whose access walks loop variable `var` with stride 1 (whole
+/// contiguous vectors of it can stream).
+pub(crate) fn contiguous_store<'k>(
+    stages: impl IntoIterator<Item = &'k Stage>,
+    var: usize,
+) -> Option<(BufferId, Access)> {
+    stages.into_iter().find_map(|stage| match &stage.effect {
+        StageEffect::Store(stores) => stores.iter().find_map(|st| match &st.access {
+            Access::Affine { strides, .. } if strides.get(var) == Some(&1) => {
+                Some((st.buffer, st.access.clone()))
+            }
+            _ => None,
+        }),
+        StageEffect::Reduce { .. } => None,
+    })
+}
+
+impl<'a, 'ctx> Emitter<'a, 'ctx> {
+    /// `for (i = lo; i < hi; i++) f(i)` with the current loop variables as they are and `i`
+    /// pushed last; when `target` names a store walking `i` contiguously, peeled so that the
+    /// main part starts where that store's address is 64-byte aligned (see the module docs).
+    pub(crate) fn streaming_loop(
+        &mut self,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        name: &str,
+        target: Option<(BufferId, Access)>,
+        f: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<()>,
+    ) -> Result<()> {
+        let Some((buffer, access)) = target else {
+            return self.counted_loop(lo, hi, name, f);
+        };
+        let i64t = self.ctx.i64_type();
+        // The loop body pushes its variable (and may change deeper ones): the addresses below
+        // are taken at this depth.
+        let depth = self.vars.len();
+        let size = self.buffer_decl(buffer)?.dtype.size_bytes() as u64;
+        if !size.is_power_of_two() || size > ALIGN {
+            return self.counted_loop(lo, hi, name, f);
+        }
+        // Head: up to the first element at a 64-byte boundary (elements are aligned to their
+        // size by the calling convention, so one is reached within 64 / size steps).
+        let p_lo = self.address_at(buffer, &access, lo)?;
+        let addr = self.b.build_ptr_to_int(p_lo, i64t, "addr")?;
+        let mask = i64t.const_int(ALIGN - 1, false);
+        let off = self.b.build_and(addr, mask, "mis")?;
+        let gap = self
+            .b
+            .build_int_sub(i64t.const_int(ALIGN, false), off, "gap")?;
+        let gap = self.b.build_and(gap, mask, "gapb")?;
+        let skip = i64t.const_int(u64::from(size.trailing_zeros()), false);
+        let head = self.b.build_right_shift(gap, skip, false, "head")?;
+        let mid = self.b.build_int_nsw_add(lo, head, "mid")?;
+        let any = self
+            .b
+            .build_int_compare(IntPredicate::SLT, mid, hi, "any")?;
+        let head_end = self
+            .b
+            .build_select(any, mid, hi, "head_end")?
+            .into_int_value();
+        self.counted_loop(lo, head_end, &format!("{name}.head"), &mut *f)?;
+        // Main part `mid..hi`, entered only when it is not empty (the assumption holds only
+        // then; the head ended at `mid`).
+        let (pre, exit) = (
+            self.block(&format!("{name}.aligned")),
+            self.block(&format!("{name}.done")),
+        );
+        self.b.build_conditional_branch(any, pre, exit)?;
+        self.b.position_at_end(pre);
+        self.vars.truncate(depth);
+        let base = self.address_at(buffer, &access, mid)?;
+        let base = self.opaque(base)?;
+        let addr = self.b.build_ptr_to_int(base, i64t, "aaddr")?;
+        let low = self.b.build_and(addr, mask, "alow")?;
+        let aligned =
+            self.b
+                .build_int_compare(IntPredicate::EQ, low, i64t.const_zero(), "aligned")?;
+        self.assume(aligned)?;
+        let outer = self.aligned.replace(AlignedStore {
+            buffer,
+            access,
+            base,
+            at: mid,
+        });
+        let r = self.counted_loop(mid, hi, name, &mut *f);
+        self.aligned = outer;
+        self.vars.truncate(depth);
+        r?;
+        self.b.build_unconditional_branch(exit)?;
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+
+    /// The address of `access` into `buffer` with `i` pushed as the last loop variable.
+    fn address_at(
+        &mut self,
+        buffer: BufferId,
+        access: &Access,
+        i: IntValue<'ctx>,
+    ) -> Result<PointerValue<'ctx>> {
+        self.vars.push(i);
+        let p = self.address(buffer, access).map(|(p, _, _)| p);
+        self.vars.pop();
+        p
+    }
+
+    /// The main loop's address for `access` into `buffer`, when it is the aligned store's:
+    /// the aligned pointer plus the distance of the last loop variable from where it was
+    /// taken (the access has stride 1 in that variable and the others are fixed in the loop).
+    pub(crate) fn aligned_address(
+        &mut self,
+        buffer: BufferId,
+        access: &Access,
+    ) -> Result<Option<PointerValue<'ctx>>> {
+        let Some(a) = &self.aligned else {
+            return Ok(None);
+        };
+        if a.buffer != buffer || a.access != *access {
+            return Ok(None);
+        }
+        let (base, at) = (a.base, a.at);
+        let i = *self
+            .vars
+            .last()
+            .ok_or_else(|| self.err("an aligned store outside its loop"))?;
+        let d = self.b.build_int_nsw_sub(i, at, "di")?;
+        // SAFETY (of the generated code): `base + d` is the element the affine access names
+        // at this iteration, which `check_affine_bounds` proved inside the buffer.
+        Ok(Some(unsafe {
+            self.b.build_in_bounds_gep(base, &[d], "pa")?
+        }))
+    }
+
+    /// `p` through `llvm.launder.invariant.group`: the same address, based on the same object
+    /// for alias analysis, but a call result that instcombine does not fold into the GEPs
+    /// derived from it (else `gep(p_mid, j - mid)` becomes `gep(buffer, j + ..)` and the
+    /// alignment known for `p_mid` is lost).
+    fn opaque(&mut self, p: PointerValue<'ctx>) -> Result<PointerValue<'ctx>> {
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let name = "llvm.launder.invariant.group.p0i8";
+        let f = self.module.get_function(name).unwrap_or_else(|| {
+            self.module
+                .add_function(name, i8p.fn_type(&[i8p.into()], false), None)
+        });
+        let raw = self.b.build_pointer_cast(p, i8p, "raw")?;
+        let out = self
+            .b
+            .build_call(f, &[raw.into()], "laundered")?
+            .try_as_basic_value()
+            .basic()
+            .ok_or_else(|| self.err("launder.invariant.group returned nothing"))?;
+        Ok(self
+            .b
+            .build_pointer_cast(out.into_pointer_value(), p.get_type(), "aligned_p")?)
+    }
+
+    /// `llvm.assume(cond)`.
+    fn assume(&mut self, cond: IntValue<'ctx>) -> Result<()> {
+        let name = "llvm.assume";
+        let f = self.module.get_function(name).unwrap_or_else(|| {
+            let t = self
+                .ctx
+                .void_type()
+                .fn_type(&[self.ctx.bool_type().into()], false);
+            self.module.add_function(name, t, None)
+        });
+        self.b.build_call(f, &[cond.into()], "")?;
+        Ok(())
+    }
+
+    /// `buffer`'s declaration.
+    fn buffer_decl(&self, buffer: BufferId) -> Result<&'a BufferDecl> {
+        self.buffers
+            .get(buffer.0 as usize)
+            .ok_or_else(|| self.err(format!("unknown buffer {buffer:?}")))
+    }
+}
+
+/// Step 3 of the module docs: marks the streaming stores of every function carrying
+/// [`STREAMING_ATTR`] in `module` (optimised, with its data layout set).
+pub(crate) fn mark_streaming_stores(module: &Module<'_>) -> Result<()> {
+    let ctx = module.get_context();
+    let layout = module.get_data_layout();
+    let data = TargetData::create(layout.as_str().to_str().unwrap_or_default());
+    let kind = ctx.get_kind_id("nontemporal");
+    let node = ctx.metadata_node(&[ctx.i32_type().const_int(1, false).into()]);
+    for f in module.get_functions() {
+        if f.get_string_attribute(AttributeLoc::Function, STREAMING_ATTR)
+            .is_none()
+        {
+            continue;
+        }
+        for bb in f.get_basic_blocks() {
+            let mut next = bb.get_first_instruction();
+            while let Some(inst) = next {
+                next = inst.get_next_instruction();
+                if whole_aligned_vector_store(&data, inst) && !to_stack(inst) {
+                    inst.set_metadata(node, kind)
+                        .map_err(|e| crate::llvm::LlvmError::Build {
+                            message: format!("marking a streaming store: {e}"),
+                        })?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A store of a vector of at least 64 bytes aligned to at least its size.
+fn whole_aligned_vector_store(data: &TargetData, inst: InstructionValue<'_>) -> bool {
+    if inst.get_opcode() != InstructionOpcode::Store {
+        return false;
+    }
+    let Some(Operand::Value(BasicValueEnum::VectorValue(v))) = inst.get_operand(0) else {
+        return false;
+    };
+    let size = data.get_store_size(&v.get_type().as_basic_type_enum());
+    inst.get_alignment()
+        .is_ok_and(|a| size >= ALIGN && u64::from(a) >= size)
+}
+
+/// Whether a store's address is derived (through GEPs and casts) from a stack slot: scratch
+/// that is read again soon, which streaming would push out of the cache.
+fn to_stack(store: InstructionValue<'_>) -> bool {
+    let mut p = store.get_operand(1);
+    for _ in 0..32 {
+        let Some(Operand::Value(v)) = p else {
+            return false;
+        };
+        let Some(i) = v.as_instruction_value() else {
+            return false;
+        };
+        match i.get_opcode() {
+            InstructionOpcode::Alloca => return true,
+            InstructionOpcode::GetElementPtr | InstructionOpcode::BitCast => {
+                p = i.get_operand(0);
+            }
+            _ => return false,
+        }
+    }
+    false
+}
