@@ -457,6 +457,93 @@ fn a_gemm_step_with_a_fused_epilogue_matches_the_interpreter() {
     assert!(exe.red_zones_intact());
 }
 
+/// A linear layer with few rows: bound weights are copied into one column block per thread
+/// (`MatmulPlan::block_rhs`); the product is bitwise the same as with the weight supplied at
+/// run time (read in place) for every pool size, and matches the interpreter.
+#[test]
+fn column_blocked_weights_give_the_same_bits_for_every_pool_size() {
+    use smelt_runtime::cpu::{MatmulOperand, MatmulPlan};
+    let (m, k, n) = (20, 96, 150);
+    let program = |w_is_param: bool| {
+        let mut p = P::default();
+        let a = p.input("a", DType::F32, m * k);
+        let w = if w_is_param {
+            p.param("w", DType::F32, n * k)
+        } else {
+            p.input("w", DType::F32, n * k)
+        };
+        let y = p.temp(DType::F32, m * n);
+        p.steps.push(Step::Gemm(Gemm {
+            name: "linear".into(),
+            origin: vec![],
+            dtype: DType::F32,
+            a: GemmOperand {
+                buffer: BufferId(a),
+                shape: vec![m, k],
+                strides: vec![k, 1],
+                offset: 0,
+            },
+            b: GemmOperand {
+                buffer: BufferId(w),
+                shape: vec![k, n],
+                strides: vec![1, k],
+                offset: 0,
+            },
+            out: BufferId(y),
+            out_shape: vec![m, n],
+        }));
+        p.output("y", y);
+        p.build()
+    };
+    let at = tensor(DType::F32, &[m, k], &floats(m * k, 21, 1.0, false));
+    let wt = tensor(DType::F32, &[n, k], &floats(n * k, 22, 1.0, false));
+    let mut g = Graph::new();
+    let ga = g.input("a", DType::F32, [m, k].as_slice()).unwrap();
+    let gw = g.input("w", DType::F32, [n, k].as_slice()).unwrap();
+    let wt_ = g.permute(gw, &[1, 0]).unwrap();
+    let gy = g.matmul(ga, wt_).unwrap();
+    g.set_output("y", gy).unwrap();
+    let want = eval(&g, &bind(&[("a", &at), ("w", &wt)])).unwrap();
+    let plan = MatmulPlan::new(
+        DType::F32,
+        &MatmulOperand::contiguous(&[m, k]),
+        &MatmulOperand::contiguous(&[k, n]),
+    )
+    .unwrap();
+    let mut first: Option<HostTensor> = None;
+    for threads in [1, 2, 3, 4] {
+        assert_eq!(plan.rhs_column_blocks(threads).is_some(), threads > 1);
+        let bound = CpuProgram::compile_with(&program(true), &bind(&[("w", &wt)]), &opts(threads))
+            .unwrap()
+            .run(&bind(&[("a", &at)]))
+            .unwrap();
+        let fed = CpuProgram::compile_with(&program(false), &HashMap::new(), &opts(threads))
+            .unwrap()
+            .run(&bind(&[("a", &at), ("w", &wt)]))
+            .unwrap();
+        check_bits(
+            &format!("{threads} threads, bound vs fed"),
+            &bound[0].1,
+            &fed[0].1,
+        )
+        .unwrap();
+        let first = first.get_or_insert_with(|| bound[0].1.clone());
+        check_bits(&format!("{threads} threads vs 1"), &bound[0].1, first).unwrap();
+        check_close("linear", &bound[0].1, &want[0].1, 1e-5, 1e-5).unwrap();
+    }
+    // A plan whose right operand is stored for 2 threads refuses a pool of another size.
+    let mut blocked = plan.clone();
+    blocked.block_rhs(2).unwrap();
+    let pool = smelt_runtime::cpu::CpuPool::new(3).unwrap();
+    let (a, b, mut c) = (vec![0f32; m * k], vec![0f32; k * n], vec![0f32; m * n]);
+    let e = blocked.run(&pool, &a, &b, &mut c).unwrap_err();
+    assert!(matches!(e, CpuError::Pool { threads: 3, .. }), "{e}");
+    assert!(
+        plan.clone().block_rhs(1).is_err(),
+        "one thread: no column blocks"
+    );
+}
+
 #[test]
 fn results_are_bitwise_identical_across_thread_counts() {
     let (rows, n) = (67, 1031);

@@ -10,8 +10,8 @@
 //! owned by the program and reused (a second thread running the same program concurrently gets
 //! a fresh arena for that run instead of waiting).
 //!
-//! A run's steps execute on a pool thread (one hand-over per run, not per step). Kernels run
-//! through [`CpuPool`] in chunks of their flattened outer index space (see the
+//! A run's steps execute on the calling thread, which takes part in each step's parallel
+//! loop (see [`super::pool`]). Kernels run through [`CpuPool`] in chunks of their flattened outer index space (see the
 //! calling convention in [`super`]); GEMM steps through [`MatmulPlan`] (whose f16/bf16 path
 //! still allocates f32 scratch per call). A kernel that meets a computed index outside its
 //! buffer (a bad gather index) fails the run with [`CpuError::IndexOutOfRange`]. Only the
@@ -21,7 +21,9 @@
 //!
 //! Weights: a bound f32/f64 matrix that a GEMM reads with its `k` dim contiguous (a linear
 //! layer's `x @ w.T`) is copied row-major `[k, n]` once at compile time, the layout `gemm`
-//! packs fastest; a bound tensor nothing reads any more after that is released (`pack_rhs`).
+//! packs fastest, or as one contiguous block of columns per thread when the product is split
+//! into column tiles; a bound tensor nothing reads any more after that is released
+//! (`pack_rhs`).
 //!
 //! Outputs: dtype and shape are checked (the shape given by [`CpuProgram::set_output_shape`],
 //! else a 1-D `[numel]`, since the kernel IR records element counts only). A computed output
@@ -44,6 +46,7 @@ use smelt_codegen::llvm::JitOptions;
 use smelt_ir::{with_data, DType, HostTensor, Shape, TensorData};
 use smelt_passes::kernel::{BufferKind, Gemm, Kernel, Program, Step};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -287,7 +290,9 @@ impl CpuProgram {
                         grain: (GRAIN_WORK / work).max(1),
                     }
                 }
-                Step::Gemm(g) => gemm_step(program, g, &mut slots, &mut packed)?,
+                Step::Gemm(g) => {
+                    gemm_step(program, g, &mut slots, &mut packed, pool.get().threads())?
+                }
             });
         }
         drop_unused_bound(program, &steps, &mut slots);
@@ -579,22 +584,36 @@ fn smelt_codegen_extent(k: &Kernel) -> Result<i64> {
         })
 }
 
-/// Packed copies of bound GEMM operands: (buffer, element offset, dims, strides) → slot.
-type Packed = HashMap<(usize, usize, Vec<usize>, Vec<isize>), usize>;
+/// Packed copies of bound GEMM operands: (buffer, element offset, dims, strides, column
+/// blocks) → slot.
+type Packed = HashMap<
+    (
+        usize,
+        usize,
+        Vec<usize>,
+        Vec<isize>,
+        Option<Vec<Range<usize>>>,
+    ),
+    usize,
+>;
 
 /// A GEMM's right operand that is a bound f32/f64 matrix (a parameter or constant) read with
 /// its `k` dim contiguous, as `x @ w.T` reads a linear layer's weight, is copied once, at
 /// compile time, into a new bound slot holding it row-major `[k, n]`: `gemm` packs that layout
 /// faster (128 x 3072 x 768: about 2.0 ms instead of 3.0 ms on the 2-core development VM).
-/// Returns the operand to use: the packed slot's (operand, slot, offset 0), or `None` to read
-/// the buffer as it is. The values are the same, so the product is too.
+/// When the product with left operand `lhs` splits into per-thread column blocks
+/// ([`MatmulPlan::rhs_column_blocks`]), the copy holds each block contiguously instead
+/// ([`MatmulPlan::block_rhs`], which the caller then applies to its plan).
+/// Returns the operand to use: the packed slot's (operand, slot, offset 0, blocked), or `None`
+/// to read the buffer as it is. The values are the same, so the product is too.
 fn pack_rhs(
     slots: &mut Vec<Slot>,
     packed: &mut Packed,
-    buffer: usize,
-    offset: usize,
-    operand: &MatmulOperand,
-) -> Option<(MatmulOperand, usize)> {
+    (buffer, offset, operand): (usize, usize, &MatmulOperand),
+    lhs: &MatmulOperand,
+    dtype: DType,
+    threads: usize,
+) -> Option<(MatmulOperand, usize, bool)> {
     let (dims, strides) = (operand.dims(), operand.strides());
     let [k, n] = *dims else { return None };
     let [sk, sn] = *strides else { return None };
@@ -604,20 +623,39 @@ fn pack_rhs(
     if sk != 1 || sn <= 1 || k < 2 || n < 2 {
         return None;
     }
-    let key = (buffer, offset, dims.to_vec(), strides.to_vec());
+    let out = MatmulOperand::contiguous(dims);
+    let blocks = MatmulPlan::new(dtype, lhs, &out)
+        .ok()
+        .and_then(|p| p.rhs_column_blocks(threads));
+    let blocked = blocks.is_some();
+    let key = (
+        buffer,
+        offset,
+        dims.to_vec(),
+        strides.to_vec(),
+        blocks.clone(),
+    );
     if let Some(&slot) = packed.get(&key) {
-        return Some((MatmulOperand::contiguous(dims), slot));
+        return Some((out, slot, blocked));
     }
-    let at = |i: usize, j: usize| offset + i + j * sn as usize;
+    // Element `e` of the copy: in block `[c, c + w)` (all of `0..n` when not blocked), which
+    // starts at `k * c`, row `i = (e - k * c) / w`, column `c + (e - k * c) % w`.
+    let blocks = blocks.unwrap_or_else(|| std::iter::once(0..n).collect());
+    let order: Vec<usize> = blocks
+        .iter()
+        .flat_map(|b| {
+            (0..k).flat_map(move |i| b.clone().map(move |j| offset + i + j * sn as usize))
+        })
+        .collect();
     let data = match t.data() {
-        TensorData::F32(v) => TensorData::F32((0..k * n).map(|e| v[at(e / n, e % n)]).collect()),
-        TensorData::F64(v) => TensorData::F64((0..k * n).map(|e| v[at(e / n, e % n)]).collect()),
+        TensorData::F32(v) => TensorData::F32(order.iter().map(|&at| v[at]).collect()),
+        TensorData::F64(v) => TensorData::F64(order.iter().map(|&at| v[at]).collect()),
         _ => return None,
     };
     let tensor = HostTensor::new(Shape::new(&[k, n]), data).ok()?;
     slots.push(Slot::Bound(tensor));
     packed.insert(key, slots.len() - 1);
-    Some((MatmulOperand::contiguous(dims), slots.len() - 1))
+    Some((out, slots.len() - 1, blocked))
 }
 
 /// Empties bound slots that no step and no output reads any more (weights every reader of
@@ -651,6 +689,7 @@ fn gemm_step(
     g: &Gemm,
     slots: &mut Vec<Slot>,
     packed: &mut Packed,
+    threads: usize,
 ) -> Result<ExecStep> {
     let decl = |b: u32| &program.buffers[b as usize];
     let operand = |o: &smelt_passes::kernel::GemmOperand| -> Result<(MatmulOperand, usize)> {
@@ -694,12 +733,18 @@ fn gemm_step(
     let (a, a_off) = operand(&g.a)?;
     let (mut b, mut b_off) = operand(&g.b)?;
     let mut b_buf = g.b.buffer.0 as usize;
+    let mut blocked = false;
     if g.dtype.is_float() {
-        if let Some((op, slot)) = pack_rhs(slots, packed, b_buf, b_off, &b) {
-            (b, b_buf, b_off) = (op, slot, 0);
+        if let Some((op, slot, bl)) =
+            pack_rhs(slots, packed, (b_buf, b_off, &b), &a, g.dtype, threads)
+        {
+            (b, b_buf, b_off, blocked) = (op, slot, 0, bl);
         }
     }
-    let plan = MatmulPlan::new(g.dtype, &a, &b)?;
+    let mut plan = MatmulPlan::new(g.dtype, &a, &b)?;
+    if blocked {
+        plan.block_rhs(threads)?;
+    }
     let out = decl(g.out.0);
     if out.dtype != g.dtype || plan.out_len() > out.numel || plan.out_dims() != g.out_shape {
         return Err(invalid(format!(

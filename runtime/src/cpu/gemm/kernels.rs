@@ -1,7 +1,7 @@
 //! The per-dtype matmul loops behind [`MatmulPlan::run_raw`]: `gemm` for f32/f64, `gemm` in f32
 //! for f16/bf16, a plain wrapping loop for integers.
 
-use super::{overflow, Element, MatmulPlan, Result};
+use super::{overflow, CpuError, Element, MatmulPlan, Result};
 use crate::cpu::pool::CpuPool;
 use gemm::Parallelism;
 use half::{bf16, f16};
@@ -22,6 +22,17 @@ impl MatmulPlan {
         let (m, n, k) = (self.m, self.n, self.k);
         let (lhs, rhs, out) = (Ptr(lhs.cast_mut()), Ptr(rhs.cast_mut()), Ptr(out));
         let tiles = self.tiles(pool.threads());
+        if let Some(threads) = self.rhs_blocked {
+            if threads != pool.threads() {
+                return Err(CpuError::Pool {
+                    threads: pool.threads(),
+                    message: format!(
+                        "this matmul's right operand is stored in column blocks for a pool \
+                         of {threads} threads"
+                    ),
+                });
+            }
+        }
         let per_batch = tiles.per_batch();
         let total = self.batches.saturating_mul(per_batch);
         pool.for_each_chunk(total as i64, 1, |start, end| {
@@ -33,6 +44,12 @@ impl MatmulPlan {
                 }
                 let (lo, ro) = self.batch_offsets(b);
                 let (r0, c0) = (rows.start as isize, cols.start as isize);
+                // A blocked right operand (`block_rhs`): this tile's columns are one block,
+                // row-major `[k, cols.len()]` from element `k * c0`.
+                let (rhs_at, rhs_rs) = match self.rhs_blocked {
+                    Some(_) => (k as isize * c0, cols.len() as isize),
+                    None => (ro + c0 * self.rhs.cs, self.rhs.rs),
+                };
                 // SAFETY: the tile's output block (rows x cols of batch `b`) lies inside the
                 // `out_len` writable elements and is written by this call only (tiles are
                 // disjoint); operand offsets stay within the spans the caller guarantees
@@ -56,9 +73,9 @@ impl MatmulPlan {
                         lhs.get().offset(lo + r0 * self.lhs.rs),
                         self.lhs.cs,
                         self.lhs.rs,
-                        rhs.get().offset(ro + c0 * self.rhs.cs),
+                        rhs.get().offset(rhs_at),
                         self.rhs.cs,
-                        self.rhs.rs,
+                        rhs_rs,
                         T::ZERO,
                         T::ONE,
                         false,
