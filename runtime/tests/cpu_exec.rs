@@ -388,6 +388,36 @@ fn a_gather_through_to_index_matches_index_select_and_checks_bounds() {
     assert!(exe.red_zones_intact());
 }
 
+/// An f32 GEMM step `out = a @ w.T`, as a linear layer runs: `a` contiguous `[lead.., k]`,
+/// `w` stored `[n, k]` and read transposed, `out` contiguous `[lead.., n]`.
+fn linear_gemm(
+    name: &str,
+    (a, lead, k): (u32, &[usize], usize),
+    (w, n): (u32, usize),
+    out: u32,
+) -> Step {
+    let a_shape: Vec<usize> = lead.iter().copied().chain([k]).collect();
+    Step::Gemm(Gemm {
+        name: name.into(),
+        origin: vec![],
+        dtype: DType::F32,
+        a: GemmOperand {
+            buffer: BufferId(a),
+            strides: strides(&a_shape).iter().map(|&s| s as usize).collect(),
+            shape: a_shape,
+            offset: 0,
+        },
+        b: GemmOperand {
+            buffer: BufferId(w),
+            shape: vec![k, n],
+            strides: vec![1, k],
+            offset: 0,
+        },
+        out: BufferId(out),
+        out_shape: lead.iter().copied().chain([n]).collect(),
+    })
+}
+
 #[test]
 fn a_gemm_step_with_a_fused_epilogue_matches_the_interpreter() {
     let (bsz, m, k, n) = (2, 5, 7, 3);
@@ -397,25 +427,8 @@ fn a_gemm_step_with_a_fused_epilogue_matches_the_interpreter() {
     let bias = p.param("bias", DType::F32, n);
     let mm = p.temp(DType::F32, bsz * m * n);
     let o = p.temp(DType::F32, bsz * m * n);
-    p.steps.push(Step::Gemm(Gemm {
-        name: "mm".into(),
-        origin: vec![],
-        dtype: DType::F32,
-        a: GemmOperand {
-            buffer: BufferId(a),
-            shape: vec![bsz, m, k],
-            strides: vec![m * k, k, 1],
-            offset: 0,
-        },
-        b: GemmOperand {
-            buffer: BufferId(w),
-            shape: vec![k, n],
-            strides: vec![1, k],
-            offset: 0,
-        },
-        out: BufferId(mm),
-        out_shape: vec![bsz, m, n],
-    }));
+    p.steps
+        .push(linear_gemm("mm", (a, &[bsz, m], k), (w, n), mm));
     let mut body = Body::default();
     let x = body.load(DType::F32, mm, 0, &strides(&[bsz, m, n]));
     let bb = body.load(DType::F32, bias, 0, &[0, 0, 1]);
@@ -473,25 +486,7 @@ fn column_blocked_weights_give_the_same_bits_for_every_pool_size() {
             p.input("w", DType::F32, n * k)
         };
         let y = p.temp(DType::F32, m * n);
-        p.steps.push(Step::Gemm(Gemm {
-            name: "linear".into(),
-            origin: vec![],
-            dtype: DType::F32,
-            a: GemmOperand {
-                buffer: BufferId(a),
-                shape: vec![m, k],
-                strides: vec![k, 1],
-                offset: 0,
-            },
-            b: GemmOperand {
-                buffer: BufferId(w),
-                shape: vec![k, n],
-                strides: vec![1, k],
-                offset: 0,
-            },
-            out: BufferId(y),
-            out_shape: vec![m, n],
-        }));
+        p.steps.push(linear_gemm("linear", (a, &[m], k), (w, n), y));
         p.output("y", y);
         p.build()
     };
