@@ -10,14 +10,15 @@
 //! owned by the program and reused (a second thread running the same program concurrently gets
 //! a fresh arena for that run instead of waiting).
 //!
-//! A run's steps execute on the calling thread, which takes part in each step's parallel
-//! loop (see [`super::pool`]). Kernels run through [`CpuPool`] in chunks of their flattened
-//! outer index space (see the calling convention in [`super`]); GEMM steps through
-//! [`MatmulPlan`] (whose f16/bf16 path still allocates f32 scratch per call). A kernel that meets a computed index outside its
-//! buffer (a bad gather index) fails the run with [`CpuError::IndexOutOfRange`]. Only the
-//! final element index is checked: a gather index outside its axis that still lands inside the
-//! buffer reads a neighbouring row (the kernel IR carries no per-axis bound). Integer
-//! `floor_div`/`remainder` by zero give 0 (the interpreter reports an error).
+//! A run's steps execute on the calling thread, which takes part in each step's parallel loop
+//! (see [`super::pool`]). Kernels run through [`CpuPool`] in chunks of their flattened outer
+//! index space (see the calling convention in [`super`]); GEMM steps through [`MatmulPlan`]
+//! (whose f16/bf16 path still allocates f32 scratch per call). A kernel that meets a computed
+//! index outside its buffer (a bad gather index) fails the run with
+//! [`CpuError::IndexOutOfRange`]. Only the final element index is checked: a gather index
+//! outside its axis that still lands inside the buffer reads a neighbouring row (the kernel IR
+//! carries no per-axis bound). Integer `floor_div`/`remainder` by zero give 0 (the interpreter
+//! reports an error).
 //!
 //! Weights: a bound f32/f64 matrix that a GEMM reads with its `k` dim contiguous (a linear
 //! layer's `x @ w.T`) is copied row-major `[k, n]` once at compile time, the layout `gemm`
