@@ -11,7 +11,7 @@
 //! a fresh arena for that run instead of waiting).
 //!
 //! A run's steps execute on the calling thread, which takes part in each step's parallel loop
-//! (see [`super::pool`]). Kernels run through [`CpuPool`] in chunks of their flattened outer
+//! (see `pool.rs`). Kernels run through [`CpuPool`] in chunks of their flattened outer
 //! index space (see the calling convention in [`super`]); GEMM steps through [`MatmulPlan`]
 //! (whose f16/bf16 path still allocates f32 scratch per call). A kernel that meets a computed
 //! index outside its buffer (a bad gather index) fails the run with

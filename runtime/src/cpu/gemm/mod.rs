@@ -178,7 +178,7 @@ impl MatmulPlan {
     }
 
     /// The column ranges of the tiles a pool of `threads` threads splits this product into,
-    /// when it has at most [`BLOCK_RHS_MAX_ROWS`] rows and splits its one batch into column
+    /// when it has at most `BLOCK_RHS_MAX_ROWS` (64) rows and splits its one batch into column
     /// blocks only (a linear layer applied to a few tokens); `None` otherwise.
     pub fn rhs_column_blocks(&self, threads: usize) -> Option<Vec<Range<usize>>> {
         if self.batches != 1 || !self.batch_dims.is_empty() || self.m > BLOCK_RHS_MAX_ROWS {
