@@ -57,20 +57,30 @@ pub struct CpuPool {
 
 /// What the caller and the workers share.
 struct Shared {
-    /// The latest loop (its number and the loop itself) and the shutdown flag, under a lock
-    /// that sleeping workers wait on.
+    /// The latest loop and the shutdown flag, under a lock that sleeping workers wait on.
     slot: Mutex<Slot>,
     wake: Condvar,
-    /// `slot.epoch`, readable without the lock by spinning workers.
+    /// The number of the latest loop (or shutdown): bumped under `slot`'s lock, read without
+    /// it by spinning workers.
     epoch: AtomicU64,
 }
 
 #[derive(Default)]
 struct Slot {
-    epoch: u64,
     job: Option<Arc<Job>>,
     sleeping: usize,
     shutdown: bool,
+}
+
+impl Shared {
+    /// Announces what the caller just put in `slot` (a loop, or shutdown): a new epoch, and a
+    /// wake-up for the workers asleep on the lock.
+    fn publish(&self, slot: &Slot) {
+        self.epoch.fetch_add(1, Ordering::Release);
+        if slot.sleeping > 0 {
+            self.wake.notify_all();
+        }
+    }
 }
 
 /// One parallel loop: `n` chunks of a caller's closure, taken in order from `next`.
@@ -131,7 +141,7 @@ fn worker(shared: &Shared) {
         }
         let job = {
             let mut slot = lock(&shared.slot);
-            while slot.epoch == seen && !slot.shutdown {
+            while shared.epoch.load(Ordering::Acquire) == seen && !slot.shutdown {
                 slot.sleeping += 1;
                 slot = shared
                     .wake
@@ -142,7 +152,7 @@ fn worker(shared: &Shared) {
             if slot.shutdown {
                 return;
             }
-            seen = slot.epoch;
+            seen = shared.epoch.load(Ordering::Acquire);
             slot.job.clone()
         };
         if let Some(job) = job {
@@ -296,12 +306,8 @@ impl CpuPool {
         };
         {
             let mut slot = lock(&self.shared.slot);
-            slot.epoch += 1;
             slot.job = Some(Arc::clone(&job));
-            self.shared.epoch.store(slot.epoch, Ordering::Release);
-            if slot.sleeping > 0 {
-                self.shared.wake.notify_all();
-            }
+            self.shared.publish(&slot);
         }
         INSIDE.with(|c| c.set(true));
         job.work();
@@ -354,9 +360,7 @@ impl Drop for CpuPool {
         {
             let mut slot = lock(&self.shared.slot);
             slot.shutdown = true;
-            slot.epoch += 1;
-            self.shared.epoch.store(slot.epoch, Ordering::Release);
-            self.shared.wake.notify_all();
+            self.shared.publish(&slot);
         }
         for w in self.workers.drain(..) {
             // A worker never panics (chunk panics are caught), so join only fails if one did
