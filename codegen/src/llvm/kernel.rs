@@ -67,7 +67,7 @@ use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::module::{Linkage, Module};
-use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, IntType};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionType, IntType};
 use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 use smelt_ir::DType;
@@ -176,6 +176,18 @@ pub fn optimized_kernel_ir(
     })
 }
 
+/// The function `name` of `module`, declared with type `ty` if it is not there yet (C library
+/// functions and LLVM intrinsics the kernels call).
+pub(crate) fn declare<'ctx>(
+    module: &Module<'ctx>,
+    name: &str,
+    ty: FunctionType<'ctx>,
+) -> FunctionValue<'ctx> {
+    module
+        .get_function(name)
+        .unwrap_or_else(|| module.add_function(name, ty, None))
+}
+
 pub(crate) fn bad(kernel: &Kernel, message: impl std::fmt::Display) -> LlvmError {
     LlvmError::Build {
         message: format!("kernel {:?}: {message}", kernel.name),
@@ -262,10 +274,11 @@ pub fn build_kernel<'ctx>(
         if cfg!(target_arch = "x86_64") {
             // Streaming stores are weakly ordered: drain them before the chunk is reported
             // done to the thread that will read its outputs.
-            let sfence = "llvm.x86.sse.sfence";
-            let f = module.get_function(sfence).unwrap_or_else(|| {
-                module.add_function(sfence, ctx.void_type().fn_type(&[], false), None)
-            });
+            let f = declare(
+                module,
+                "llvm.x86.sse.sfence",
+                ctx.void_type().fn_type(&[], false),
+            );
             b.build_call(f, &[], "")?;
         }
     }

@@ -72,7 +72,7 @@ pub(crate) fn check_affine_bounds(kernel: &Kernel, buffers: &[BufferDecl]) -> Re
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// The pointer parameter of `buffer` and its declaration.
-    fn buffer(&self, buffer: BufferId) -> Result<(PointerValue<'ctx>, &'a BufferDecl)> {
+    pub(crate) fn buffer(&self, buffer: BufferId) -> Result<(PointerValue<'ctx>, &'a BufferDecl)> {
         let k = self.kernel;
         let pos = k
             .reads

@@ -9,7 +9,7 @@
 //! with [`MathMode::Libm`] as the C library computes them (`exp` and `tanh` bit for bit
 //! glibc's, `erf` within an ulp of the `libm` crate's; see [`super::math`]).
 
-use super::{Emitter, Val};
+use super::{declare, Emitter, Val};
 use crate::llvm::error::Result;
 use crate::llvm::options::MathMode;
 use inkwell::types::{BasicType, BasicTypeEnum, FloatType, IntType};
@@ -48,14 +48,8 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         ret: BasicTypeEnum<'ctx>,
         args: &[BasicValueEnum<'ctx>],
     ) -> Result<BasicValueEnum<'ctx>> {
-        let f = match self.module.get_function(name) {
-            Some(f) => f,
-            None => {
-                let params: Vec<_> = args.iter().map(|a| a.get_type().into()).collect();
-                self.module
-                    .add_function(name, ret.fn_type(&params, false), None)
-            }
-        };
+        let params: Vec<_> = args.iter().map(|a| a.get_type().into()).collect();
+        let f = declare(self.module, name, ret.fn_type(&params, false));
         let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
         self.b
             .build_call(f, &args, "c")?

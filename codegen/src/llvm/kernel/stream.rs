@@ -28,7 +28,7 @@
 //! 4. **Ordering**: streaming stores are weakly ordered, so the entry function ends with
 //!    `sfence` (x86-64) before it returns and the pool reports the chunk done.
 
-use super::Emitter;
+use super::{declare, Emitter};
 use crate::llvm::error::Result;
 use inkwell::attributes::AttributeLoc;
 use inkwell::module::Module;
@@ -106,7 +106,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         // The loop body pushes its variable (and may change deeper ones): the addresses below
         // are taken at this depth.
         let depth = self.vars.len();
-        let size = self.buffer_decl(buffer)?.dtype.size_bytes() as u64;
+        let size = self.buffer(buffer)?.1.dtype.size_bytes() as u64;
         if !size.is_power_of_two() || size > ALIGN {
             return self.counted_loop(lo, hi, name, f);
         }
@@ -209,18 +209,12 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// alignment known for `p_mid` is lost).
     fn opaque(&mut self, p: PointerValue<'ctx>) -> Result<PointerValue<'ctx>> {
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
-        let name = "llvm.launder.invariant.group.p0i8";
-        let f = self.module.get_function(name).unwrap_or_else(|| {
-            self.module
-                .add_function(name, i8p.fn_type(&[i8p.into()], false), None)
-        });
         let raw = self.b.build_pointer_cast(p, i8p, "raw")?;
-        let out = self
-            .b
-            .build_call(f, &[raw.into()], "laundered")?
-            .try_as_basic_value()
-            .basic()
-            .ok_or_else(|| self.err("launder.invariant.group returned nothing"))?;
+        let out = self.call(
+            "llvm.launder.invariant.group.p0i8",
+            i8p.into(),
+            &[raw.into()],
+        )?;
         Ok(self
             .b
             .build_pointer_cast(out.into_pointer_value(), p.get_type(), "aligned_p")?)
@@ -228,23 +222,13 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
 
     /// `llvm.assume(cond)`.
     fn assume(&mut self, cond: IntValue<'ctx>) -> Result<()> {
-        let name = "llvm.assume";
-        let f = self.module.get_function(name).unwrap_or_else(|| {
-            let t = self
-                .ctx
-                .void_type()
-                .fn_type(&[self.ctx.bool_type().into()], false);
-            self.module.add_function(name, t, None)
-        });
+        let t = self
+            .ctx
+            .void_type()
+            .fn_type(&[self.ctx.bool_type().into()], false);
+        let f = declare(self.module, "llvm.assume", t);
         self.b.build_call(f, &[cond.into()], "")?;
         Ok(())
-    }
-
-    /// `buffer`'s declaration.
-    fn buffer_decl(&self, buffer: BufferId) -> Result<&'a BufferDecl> {
-        self.buffers
-            .get(buffer.0 as usize)
-            .ok_or_else(|| self.err(format!("unknown buffer {buffer:?}")))
     }
 }
 
