@@ -604,9 +604,9 @@ type Packed = HashMap<
 /// faster (128 x 3072 x 768: about 2.0 ms instead of 3.0 ms on the 2-core development VM).
 /// When the product with left operand `lhs` splits into per-thread column blocks
 /// ([`MatmulPlan::rhs_column_blocks`]), the copy holds each block contiguously instead
-/// ([`MatmulPlan::block_rhs`], which the caller then applies to its plan).
-/// Returns the operand to use: the packed slot's (operand, slot, offset 0, blocked), or `None`
-/// to read the buffer as it is. The values are the same, so the product is too.
+/// ([`MatmulPlan::block_rhs`]).
+/// Returns the plan of `lhs @ copy` and the copy's slot (read from offset 0), or `None` to
+/// read the buffer as it is. The values are the same, so the product is too.
 fn pack_rhs(
     slots: &mut Vec<Slot>,
     packed: &mut Packed,
@@ -614,7 +614,7 @@ fn pack_rhs(
     lhs: &MatmulOperand,
     dtype: DType,
     threads: usize,
-) -> Option<(MatmulOperand, usize, bool)> {
+) -> Option<(MatmulPlan, usize)> {
     let (dims, strides) = (operand.dims(), operand.strides());
     let [k, n] = *dims else { return None };
     let [sk, sn] = *strides else { return None };
@@ -624,11 +624,11 @@ fn pack_rhs(
     if sk != 1 || sn <= 1 || k < 2 || n < 2 {
         return None;
     }
-    let out = MatmulOperand::contiguous(dims);
-    let blocks = MatmulPlan::new(dtype, lhs, &out)
-        .ok()
-        .and_then(|p| p.rhs_column_blocks(threads));
-    let blocked = blocks.is_some();
+    let mut plan = MatmulPlan::new(dtype, lhs, &MatmulOperand::contiguous(dims)).ok()?;
+    let blocks = plan.rhs_column_blocks(threads);
+    if blocks.is_some() {
+        plan.block_rhs(threads).ok()?;
+    }
     let key = (
         buffer,
         offset,
@@ -637,7 +637,7 @@ fn pack_rhs(
         blocks.clone(),
     );
     if let Some(&slot) = packed.get(&key) {
-        return Some((out, slot, blocked));
+        return Some((plan, slot));
     }
     // Element `e` of the copy: in block `[c, c + w)` (all of `0..n` when not blocked), which
     // starts at `k * c`, row `i = (e - k * c) / w`, column `c + (e - k * c) % w`.
@@ -656,7 +656,7 @@ fn pack_rhs(
     let tensor = HostTensor::new(Shape::new(&[k, n]), data).ok()?;
     slots.push(Slot::Bound(tensor));
     packed.insert(key, slots.len() - 1);
-    Some((out, slots.len() - 1, blocked))
+    Some((plan, slots.len() - 1))
 }
 
 /// Empties bound slots that no step and no output reads any more (weights every reader of
@@ -732,20 +732,17 @@ fn gemm_step(
         Ok((MatmulOperand::new(&o.shape, &strides), o.offset))
     };
     let (a, a_off) = operand(&g.a)?;
-    let (mut b, mut b_off) = operand(&g.b)?;
-    let mut b_buf = g.b.buffer.0 as usize;
-    let mut blocked = false;
-    if g.dtype.is_float() {
-        if let Some((op, slot, bl)) =
-            pack_rhs(slots, packed, (b_buf, b_off, &b), &a, g.dtype, threads)
-        {
-            (b, b_buf, b_off, blocked) = (op, slot, 0, bl);
-        }
-    }
-    let mut plan = MatmulPlan::new(g.dtype, &a, &b)?;
-    if blocked {
-        plan.block_rhs(threads)?;
-    }
+    let (b, b_off) = operand(&g.b)?;
+    let b_buf = g.b.buffer.0 as usize;
+    let packed_rhs = if g.dtype.is_float() {
+        pack_rhs(slots, packed, (b_buf, b_off, &b), &a, g.dtype, threads)
+    } else {
+        None
+    };
+    let (plan, b_buf, b_off) = match packed_rhs {
+        Some((plan, slot)) => (plan, slot, 0),
+        None => (MatmulPlan::new(g.dtype, &a, &b)?, b_buf, b_off),
+    };
     let out = decl(g.out.0);
     if out.dtype != g.dtype || plan.out_len() > out.numel || plan.out_dims() != g.out_shape {
         return Err(invalid(format!(
