@@ -193,11 +193,7 @@ fn main() -> ExitCode {
                     min_time: min_time_ms.map(std::time::Duration::from_millis),
                     stream,
                     command: std::env::args().collect::<Vec<_>>().join(" "),
-                    math: if libm_math {
-                        smelt::MathMode::Libm
-                    } else {
-                        smelt::MathMode::Polynomial
-                    },
+                    math: math_mode(libm_math),
                 },
                 json.as_deref(),
                 chart.as_deref(),
@@ -332,6 +328,15 @@ fn explain(
     Ok(())
 }
 
+/// The CPU kernels' f32 math for a `--libm-math` flag.
+fn math_mode(libm_math: bool) -> smelt::MathMode {
+    if libm_math {
+        smelt::MathMode::Libm
+    } else {
+        smelt::MathMode::Polynomial
+    }
+}
+
 /// How `smelt run` compiles.
 struct RunFlags {
     no_fuse: bool,
@@ -363,11 +368,7 @@ fn run(
             } else {
                 smelt::CudaCodegen::Nvrtc
             },
-            math: if flags.libm_math {
-                smelt::MathMode::Libm
-            } else {
-                smelt::MathMode::Polynomial
-            },
+            math: math_mode(flags.libm_math),
             ..Options::default()
         },
     )?;
