@@ -233,6 +233,19 @@ mod with_llvm {
         }
     }
 
+    /// Options for a named CPU (no host features): IR that does not depend on the build
+    /// machine.
+    fn for_cpu(cpu: &str, math: MathMode) -> JitOptions {
+        JitOptions {
+            target: CpuTarget::Named {
+                cpu: cpu.into(),
+                features: "".into(),
+            },
+            math,
+            ..JitOptions::default()
+        }
+    }
+
     /// Whether the IR has a vector of `elem` (`<4 x float>`, `<8 x i32>` …); returns the widths.
     fn vector_widths(ir: &str, elem: &str) -> Vec<usize> {
         let pat = format!(" x {elem}>");
@@ -263,13 +276,7 @@ mod with_llvm {
             buf(2, DType::F32, 64 * 64),
         ];
         let k = kernel("k_mul_add", &[0, 1], &[2], &[64, 64], vec![st]);
-        let opts = JitOptions {
-            target: CpuTarget::Named {
-                cpu: "x86-64".into(),
-                features: "".into(),
-            },
-            ..JitOptions::default()
-        };
+        let opts = for_cpu("x86-64", MathMode::default());
         if !cfg!(target_arch = "x86_64") {
             return;
         }
@@ -280,13 +287,7 @@ mod with_llvm {
             !ir.contains("vector.memcheck"),
             "runtime alias checks in:\n{ir}"
         );
-        let v3 = JitOptions {
-            target: CpuTarget::Named {
-                cpu: "x86-64-v3".into(),
-                features: "".into(),
-            },
-            ..JitOptions::default()
-        };
+        let v3 = for_cpu("x86-64-v3", MathMode::default());
         let ir = optimized_kernel_ir(&k, &decls, &v3).unwrap();
         assert!(
             vector_widths(&ir, "float").contains(&8),
@@ -363,13 +364,7 @@ mod with_llvm {
         let st = store_stage(vec![], body, vec![(2, affine(0, &[1]), s)]);
         let decls = vec![buf(0, d, 1024), buf(1, d, 1024), buf(2, d, 1024)];
         let k = kernel("k_bf16", &[0, 1], &[2], &[1024], vec![st]);
-        let v3 = JitOptions {
-            target: CpuTarget::Named {
-                cpu: "x86-64-v3".into(),
-                features: "".into(),
-            },
-            ..JitOptions::default()
-        };
+        let v3 = for_cpu("x86-64-v3", MathMode::default());
         let ir = optimized_kernel_ir(&k, &decls, &v3).unwrap();
         assert!(
             vector_widths(&ir, "float").iter().any(|&w| w >= 8),
@@ -487,14 +482,7 @@ mod with_llvm {
             return;
         }
         let (k, decls) = tanh_kernel(1024);
-        let v3 = JitOptions {
-            target: CpuTarget::Named {
-                cpu: "x86-64-v3".into(),
-                features: "".into(),
-            },
-            math: MathMode::Libm,
-            ..JitOptions::default()
-        };
+        let v3 = for_cpu("x86-64-v3", MathMode::Libm);
         let ir = optimized_kernel_ir(&k, &decls, &v3).unwrap();
         assert!(!ir.contains("tanhf"), "a tanhf call in:\n{ir}");
         assert!(
