@@ -8,6 +8,10 @@ use crate::tensor::Tensor;
 impl Tensor {
     /// `torch.softmax(x, axis)`: `exp(x - max) / sum(exp(x - max))` along `axis`.
     ///
+    /// Computed as PyTorch's CPU kernel computes it: `exp(x - max) * (1 / sum)`, one reciprocal
+    /// per row and a multiplication per element (a division per element is several times
+    /// slower; the two differ by at most two ulps).
+    ///
     /// f16/bf16 are computed in f32 and rounded once at the end (see [`crate::nn`]). A row
     /// holding `+inf` or NaN gives NaN, as in PyTorch.
     pub fn softmax(&self, axis_: i64) -> Result<Tensor> {
@@ -17,7 +21,7 @@ impl Tensor {
             let m = x.max(&a, true)?;
             let e = x.sub(&m)?.exp()?;
             let s = e.sum(&a, true)?;
-            e.div(&s)?.cast(out)
+            e.mul(&s.reciprocal()?)?.cast(out)
         })
     }
 
