@@ -76,7 +76,7 @@ pub struct Node {
 /// Nodes are only added through [`Graph::push`] (and the typed helpers built on it), which
 /// infers the result type and rejects ill-typed ops, so a graph built this way always
 /// verifies. [`Graph::from_parts`] skips the checks and is meant for passes and tests; run
-/// [`crate::verify`] on its result.
+/// [`crate::verify()`] on its result.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Graph {
     nodes: Vec<Node>,
@@ -88,7 +88,7 @@ impl Graph {
         Graph::default()
     }
 
-    /// Assembles a graph without checking it; see [`crate::verify`].
+    /// Assembles a graph without checking it; see [`crate::verify()`].
     pub fn from_parts(nodes: Vec<Node>, outputs: Vec<(String, NodeId)>) -> Graph {
         Graph { nodes, outputs }
     }

@@ -32,7 +32,7 @@
 //!
 //! # Values
 //!
-//! The semantics are `smelt_ir::interp`'s, see [`scalar`] for each op: f16/bf16 values are held
+//! The semantics are `smelt_ir::interp`'s, see `scalar.rs` for each op: f16/bf16 values are held
 //! as f32 values that are exactly representable in their dtype (rounded to nearest-even after
 //! every op; f16 through LLVM `half`, bf16 by bit arithmetic with NaN kept quiet), integers wrap,
 //! float → int casts saturate (`llvm.fptosi.sat`, NaN → 0). **Integer `floor_div`/`remainder` by

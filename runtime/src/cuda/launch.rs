@@ -5,7 +5,7 @@
 //! and for every step either a kernel launch (entry name, 1-D grid and block from the code
 //! generator's [`LaunchConfig`], the argument list `reads…, writes…, n`), a list of cuBLAS
 //! strided-batched GEMM calls with every cuBLAS parameter worked out, a memset, or nothing. The
-//! executor ([`super::exec`]) only maps this onto driver and cuBLAS calls, so every decision
+//! executor (`super::exec`) only maps this onto driver and cuBLAS calls, so every decision
 //! here is unit-tested on machines without a GPU (including the row-major → column-major GEMM
 //! mapping, against a plain-Rust column-major GEMM that interprets the same parameters).
 //!
