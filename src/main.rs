@@ -100,9 +100,14 @@ enum Command {
         /// Small shapes and short series (a smoke test, not a measurement).
         #[arg(long)]
         quick: bool,
-        /// Bytes per array of the copy-bandwidth reference (default: 8x the last-level
-        /// cache, capped by the memory available).
-        #[arg(long, value_name = "BYTES", conflicts_with = "no_stream")]
+        /// Bytes per array of the copy-bandwidth reference, at least 1048576 (default: 8x the
+        /// last-level cache, capped by the memory available).
+        #[arg(
+            long,
+            value_name = "BYTES",
+            conflicts_with = "no_stream",
+            value_parser = clap::value_parser!(u64).range(smelt::bench::stream::MIN_STREAM_BYTES..)
+        )]
         stream_bytes: Option<u64>,
         /// Skip the copy-bandwidth reference.
         #[arg(long)]

@@ -57,6 +57,22 @@ fn case_list_is_the_issues() {
     );
 }
 
+/// A copy reference too small to measure memory is refused before anything runs, naming the
+/// flag and the bound.
+#[test]
+fn a_tiny_copy_reference_is_refused() {
+    for bytes in ["0", "4096", "1048575"] {
+        let out = smelt(&["bench", "--quick", "--stream-bytes", bytes]);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "--stream-bytes {bytes} was accepted");
+        assert!(
+            stderr.contains("--stream-bytes") && stderr.contains("1048576"),
+            "{stderr}"
+        );
+        assert!(text(&out.stdout).is_empty(), "{}", text(&out.stdout));
+    }
+}
+
 #[test]
 fn minimal_bytes_by_hand() {
     let get = |name: &str| {

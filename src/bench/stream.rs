@@ -7,12 +7,17 @@ use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;
 
+/// The smallest array `--stream-bytes` accepts (1 MiB): smaller copies finish in
+/// microseconds and say nothing about memory bandwidth.
+pub const MIN_STREAM_BYTES: u64 = 1 << 20;
+
 /// How large the arrays are to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamSize {
     /// Each array at least 8× the last-level cache, capped by the memory available.
     Auto,
-    /// Each array exactly this many bytes (`--stream-bytes`).
+    /// Each array exactly this many bytes (`--stream-bytes`, at least [`MIN_STREAM_BYTES`]
+    /// there).
     Bytes(u64),
 }
 
