@@ -1,6 +1,10 @@
 //! Measuring one case: compile (cold and from the in-process cache), fused and unfused, then
 //! time `run_into` (preallocated outputs) and `run` (fresh outputs) of both plans, the two
-//! plans alternately call by call (so the speedup is a side-by-side ratio).
+//! plans alternately call by call (so the speedup is a side-by-side ratio), then the fused
+//! plan's two series again on their own, call after call (what a program that runs only the
+//! fused plan sees, and what `benches/peers/` sets PyTorch's back-to-back timings against:
+//! alternating with the unfused plan evicts the fused plan's data from the caches between its
+//! calls).
 //!
 //! Timing is wall clock around whole calls. Every backend's runs return only when their outputs
 //! are complete (the GPU backend synchronises its stream first), so no device-specific timer is
@@ -82,7 +86,7 @@ pub struct PlanTimes {
 impl CaseResult {
     /// Recomputes every `pct_of_copy` against `copy_gbps`.
     pub fn set_copy_reference(&mut self, copy_gbps: Option<f64>) {
-        for p in [&mut self.unfused, &mut self.fused] {
+        for p in [&mut self.unfused, &mut self.fused, &mut self.fused_alone] {
             p.run_into.set_copy_reference(copy_gbps);
             p.run.set_copy_reference(copy_gbps);
         }
@@ -135,6 +139,9 @@ pub struct CaseResult {
     pub kernels_fused: usize,
     pub unfused: PlanTimes,
     pub fused: PlanTimes,
+    /// The fused plan's series again, its calls back to back rather than alternating with
+    /// the unfused plan's.
+    pub fused_alone: PlanTimes,
     /// Unfused median over fused median, `run_into`.
     pub speedup_run_into: f64,
     /// Unfused median over fused median, `run`.
@@ -178,6 +185,21 @@ fn time_pair(
         tb.push(t.elapsed());
     }
     Ok((summary(ta), summary(tb)))
+}
+
+/// Wall times of `f` alone under `budget`, after one untimed call.
+fn time_alone(budget: &Budget, mut f: impl FnMut() -> Result<()>) -> Result<Series> {
+    f()?;
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < budget.max_iters.max(1)
+        && (times.len() < budget.min_iters.max(1) || start.elapsed() < budget.min_time)
+    {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed());
+    }
+    Ok(summary(times))
 }
 
 fn timing(t: Series, min_bytes: u64, copy_gbps: Option<f64>) -> Timing {
@@ -285,7 +307,7 @@ pub fn measure(
 
     let mut out_fused = zeros_like_outputs(&fused);
     let mut out_unfused = zeros_like_outputs(&unfused);
-    let ((ui, fi), (ur, fr)) = match (unfused.cuda_program(), fused.cuda_program()) {
+    let ((ui, fi), (ur, fr), (ai, ar)) = match (unfused.cuda_program(), fused.cuda_program()) {
         (Some(u), Some(f)) => {
             // On a GPU: inputs and outputs stay in device memory, so the times are the
             // kernels' (and the copy of outputs out of the arena), not PCIe transfers.
@@ -306,10 +328,19 @@ pub fn measure(
                 || u.run_device(&dev_u).map(drop).map_err(cuda_err),
                 || f.run_device(&dev_f).map(drop).map_err(cuda_err),
             )?;
+            progress("run_device_into and run_device, fused alone");
+            let alone = (
+                time_alone(budget, || {
+                    f.run_device_into(&dev_f, &mut out_f).map_err(cuda_err)
+                })?,
+                time_alone(budget, || {
+                    f.run_device(&dev_f).map(drop).map_err(cuda_err)
+                })?,
+            );
             // The host runs below also check the results; not timed.
             unfused.run_into(&inputs, &mut out_unfused)?;
             fused.run_into(&inputs, &mut out_fused)?;
-            (into, fresh)
+            (into, fresh, alone)
         }
         _ => {
             progress("run_into, unfused and fused alternately");
@@ -324,7 +355,12 @@ pub fn measure(
                 || unfused.run(&inputs).map(drop),
                 || fused.run(&inputs).map(drop),
             )?;
-            (into, fresh)
+            progress("run_into and run, fused alone");
+            let alone = (
+                time_alone(budget, || fused.run_into(&inputs, &mut out_fused))?,
+                time_alone(budget, || fused.run(&inputs).map(drop))?,
+            );
+            (into, fresh, alone)
         }
     };
 
@@ -352,6 +388,10 @@ pub fn measure(
         speedup_run: ratio(&unfused_times.run, &fused_times.run),
         unfused: unfused_times,
         fused: fused_times,
+        fused_alone: PlanTimes {
+            run_into: timing(ai, min_bytes, copy_gbps),
+            run: timing(ar, min_bytes, copy_gbps),
+        },
         compile: CompileTimes {
             fused_cold_ms: ms(fused_cold),
             fused_cached_ms: ms(fused_cached),
