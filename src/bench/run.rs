@@ -333,9 +333,7 @@ pub fn measure(
                 time_alone(budget, || {
                     f.run_device_into(&dev_f, &mut out_f).map_err(cuda_err)
                 })?,
-                time_alone(budget, || {
-                    f.run_device(&dev_f).map(drop).map_err(cuda_err)
-                })?,
+                time_alone(budget, || f.run_device(&dev_f).map(drop).map_err(cuda_err))?,
             );
             // The host runs below also check the results; not timed.
             unfused.run_into(&inputs, &mut out_unfused)?;
