@@ -184,6 +184,7 @@ fn cli_writes_json_and_chart() {
         "fresh outputs (run)",
         "copy bandwidth",
         "speedup",
+        "fused alone",
     ] {
         assert!(stdout.contains(needle), "{needle}: {stdout}");
     }
@@ -214,7 +215,7 @@ fn cli_writes_json_and_chart() {
         assert!(c["min_bytes"].as_u64().unwrap() > 0);
         assert!(c["graph_nodes"].as_u64().unwrap() > 0);
         assert_eq!(c["graph"], "y = torch.softmax(x, -1)");
-        for plan in ["unfused", "fused"] {
+        for plan in ["unfused", "fused", "fused_alone"] {
             for series in ["run_into", "run"] {
                 let t = &c[plan][series];
                 for key in ["median_ms", "min_ms", "gbps", "pct_of_copy"] {

@@ -295,6 +295,46 @@ mod with_llvm {
         );
     }
 
+    /// A row sum of `exp` over a row too short to split into lanes (21 elements): the exp loop
+    /// is staged apart from the in-order sum, so it vectorises, with a masked last vector
+    /// instead of a scalar remainder (AVX2 and AVX-512 both have masked loads and stores).
+    #[test]
+    fn short_row_reductions_vectorise_their_body() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let n = 21;
+        let mut b1 = Body::default();
+        let x = b1.load(DType::F32, 0, 0, &[n as i64, 1]);
+        let e = b1.push(Ty::Data(DType::F32), InstOp::Unary(UnaryOp::Exp, x));
+        let sum = ValueId(b1.next);
+        b1.next += 1;
+        let reduce = Stage {
+            inner: vec![n],
+            body: b1.insts,
+            effect: StageEffect::Reduce {
+                value: e,
+                combiner: Combiner::Sum,
+                acc: DType::F32,
+                result: sum,
+            },
+        };
+        let store = store_stage(vec![], Body::default(), vec![(1, affine(0, &[1]), sum)]);
+        let decls = vec![buf(0, DType::F32, 8 * n), buf(1, DType::F32, 8)];
+        let k = kernel("k_row_sum_exp", &[0], &[1], &[8], vec![reduce, store]);
+        for cpu in ["x86-64-v3", "x86-64-v4"] {
+            let ir = optimized_kernel_ir(&k, &decls, &for_cpu(cpu, MathMode::default())).unwrap();
+            assert!(
+                vector_widths(&ir, "float").iter().any(|&w| w >= 8),
+                "no vector of 8 or more floats for {cpu}:\n{ir}"
+            );
+            assert!(
+                ir.contains("@llvm.masked."),
+                "no masked last vector for {cpu}:\n{ir}"
+            );
+        }
+    }
+
     #[test]
     fn a_scalar_constant_kernel_and_an_empty_one() {
         let mut body = Body::default();

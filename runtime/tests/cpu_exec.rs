@@ -185,6 +185,29 @@ fn softmax_rows_match_the_interpreter() {
     }
 }
 
+/// Rows shorter than two 16-lane blocks reduce in index order, as `eval_program` does; their
+/// body (here softmax's `exp`) is computed in a vectorised loop of its own first. With the C
+/// library's `exp` the kernel is `eval_program` bit for bit, at every short length, with NaN
+/// and infinity in some rows, on 1 and 3 threads.
+#[test]
+fn short_softmax_rows_are_eval_program_bit_for_bit() {
+    for n in [2, 5, 10, 15, 16, 17, 24, 31] {
+        let rows = 7;
+        let mut v = floats(rows * n, 5, 6.0, false);
+        v[n + 1] = f64::NAN;
+        v[2 * n] = f64::INFINITY;
+        v[3 * n + n - 1] = f64::NEG_INFINITY;
+        let x = tensor(DType::F32, &[rows, n], &v);
+        let inputs = bind(&[("x", &x)]);
+        let program = softmax_program(DType::F32, rows, n);
+        let want = eval_program(&program, &inputs).unwrap();
+        for threads in [1, 3] {
+            let got = run_math(&program, &inputs, threads, MathMode::Libm);
+            check_bits(&format!("n {n}, {threads} threads"), &got[0], &want[0].1).unwrap();
+        }
+    }
+}
+
 #[test]
 fn argmax_and_argmin_with_nan_match_the_interpreter() {
     let (rows, n) = (6, 40);

@@ -24,7 +24,8 @@
 //! dims: a reduction into accumulators (promoted to registers), or stores.
 //!
 //! What makes the hot loops fast: long float reductions are split into 16 lanes in a fixed
-//! order so that they vectorise under strict FP semantics (`reduce`); f32 `exp`, `tanh` and
+//! order so that they vectorise under strict FP semantics, and short ones compute their body in
+//! a vectorised loop of its own before combining in order (`reduce`); f32 `exp`, `tanh` and
 //! `erf` are emitted inline as branch-free code the vectoriser widens: f32 polynomials within
 //! an ulp or two by default (`poly`), or the C library's algorithms bit for bit with
 //! [`MathMode::Libm`] (`math`); a value a store stage would recompute from an earlier reduction stage (softmax's
@@ -508,6 +509,16 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     combiner,
                     acc,
                     result,
+                } if Self::staged_reduction(*combiner, *acc, &stage.inner, &stage.body) => {
+                    let r =
+                        self.reduce_staged(&stage.body, stage.inner[0], *combiner, *acc, *value)?;
+                    self.values.insert(*result, r);
+                }
+                StageEffect::Reduce {
+                    value,
+                    combiner,
+                    acc,
+                    result,
                 } => {
                     let red = self.reduce_begin(*combiner, *acc, &stage.body, *value)?;
                     self.loop_nest(&stage.inner, None, &mut |em| {
@@ -592,32 +603,74 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         name: &str,
         f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
     ) -> Result<()> {
+        let latch = self.counted_loop_latch(lo, hi, name, f)?;
+        self.loop_hints(latch, &[("llvm.loop.unroll.disable", None)]);
+        Ok(())
+    }
+
+    /// [`Emitter::counted_loop`] whose vectorised form masks its last, partial vector
+    /// (`llvm.loop.vectorize.predicate.enable`) instead of finishing in scalar code: for a
+    /// short loop of expensive iterations, where a scalar remainder of up to 15 iterations
+    /// would cost as much as the vector part.
+    pub(crate) fn counted_loop_masked_tail(
+        &mut self,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        name: &str,
+        f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
+    ) -> Result<()> {
+        let latch = self.counted_loop_latch(lo, hi, name, f)?;
+        self.loop_hints(
+            latch,
+            &[
+                ("llvm.loop.vectorize.enable", Some(true)),
+                ("llvm.loop.vectorize.predicate.enable", Some(true)),
+            ],
+        );
+        Ok(())
+    }
+
+    /// Attaches a loop ID `!0 = !{!0, !{name}, !{name, i1 flag}, …}` with `hints` to a loop's
+    /// latch branch.
+    fn loop_hints(
+        &self,
+        latch: inkwell::values::InstructionValue<'ctx>,
+        hints: &[(&str, Option<bool>)],
+    ) {
         use inkwell::context::AsContextRef;
         use inkwell::llvm_sys::core::{
             LLVMGetMDKindIDInContext, LLVMMDNodeInContext2, LLVMMDStringInContext2,
-            LLVMMetadataAsValue, LLVMSetMetadata,
+            LLVMMetadataAsValue, LLVMSetMetadata, LLVMValueAsMetadata,
         };
         use inkwell::llvm_sys::debuginfo::{LLVMMetadataReplaceAllUsesWith, LLVMTemporaryMDNode};
         use inkwell::values::AsValueRef;
-        let latch = self.counted_loop_latch(lo, hi, name, f)?;
         let ctx = self.ctx.as_ctx_ref();
-        let (kind, flag) = ("llvm.loop", "llvm.loop.unroll.disable");
+        let kind = "llvm.loop";
         // SAFETY: plain LLVM C API calls on live objects of this emitter's context: a loop ID
-        // `!0 = !{!0, !{"llvm.loop.unroll.disable"}}` made self-referential the way the C API
-        // allows (a temporary first operand replaced by the node itself, which LLVM turns into
-        // a distinct node), attached to the loop's latch branch. The string pointers are valid
-        // for their given lengths during each call.
+        // made self-referential the way the C API allows (a temporary first operand replaced
+        // by the node itself, which LLVM turns into a distinct node), attached to the loop's
+        // latch branch. The string pointers are valid for their given lengths during each
+        // call, and every operand array outlives the call that reads it.
         unsafe {
             let temp = LLVMTemporaryMDNode(ctx, std::ptr::null_mut(), 0);
-            let mut name = LLVMMDStringInContext2(ctx, flag.as_ptr().cast(), flag.len());
-            let option = LLVMMDNodeInContext2(ctx, &mut name, 1);
-            let mut ops = [temp, option];
+            let mut ops = vec![temp];
+            for &(name, flag) in hints {
+                let mut parts = vec![LLVMMDStringInContext2(
+                    ctx,
+                    name.as_ptr().cast(),
+                    name.len(),
+                )];
+                if let Some(on) = flag {
+                    let v = self.ctx.bool_type().const_int(u64::from(on), false);
+                    parts.push(LLVMValueAsMetadata(v.as_value_ref()));
+                }
+                ops.push(LLVMMDNodeInContext2(ctx, parts.as_mut_ptr(), parts.len()));
+            }
             let id = LLVMMDNodeInContext2(ctx, ops.as_mut_ptr(), ops.len());
             LLVMMetadataReplaceAllUsesWith(temp, id);
             let kind = LLVMGetMDKindIDInContext(ctx, kind.as_ptr().cast(), kind.len() as u32);
             LLVMSetMetadata(latch.as_value_ref(), kind, LLVMMetadataAsValue(ctx, id));
         }
-        Ok(())
     }
 
     fn counted_loop_latch(

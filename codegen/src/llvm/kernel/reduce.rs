@@ -12,6 +12,16 @@
 //! the result in order. Every other reduction runs sequentially in index order. Either order
 //! depends only on the stage's shape, never on the chunking or the target, so results stay
 //! bitwise identical across thread counts and machines.
+//!
+//! # Staged short reductions
+//!
+//! A float sum, product, max or min over one inner dim of `2 ≤ n < 2 * LANES` elements whose
+//! body computes something (softmax's `exp` over a row of 24) is **staged**: the body runs for
+//! every element in a loop of its own that stores the values into a scratch array (no
+//! loop-carried dependency, so the loop vectoriser widens it, masking its last partial vector),
+//! and a second loop combines the scratch in index order. The order, and so every bit, is the
+//! one-loop form's; that form stays scalar, since the in-order combine cannot be vectorised
+//! under strict FP semantics and takes the body with it.
 
 use super::{Emitter, Val};
 use crate::llvm::error::Result;
@@ -19,7 +29,7 @@ use inkwell::types::{BasicTypeEnum, VectorType};
 use inkwell::values::{BasicValue, BasicValueEnum, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 use smelt_ir::{BinaryOp, DType};
-use smelt_passes::kernel::{Combiner, Inst, Ty, ValueId};
+use smelt_passes::kernel::{Combiner, Inst, InstOp, Ty, ValueId};
 
 /// Partial accumulators of a split float reduction (see the module docs). Fixed, not the
 /// target's vector width, so that the order of accumulation is the same on every machine.
@@ -198,6 +208,78 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         ) && matches!(acc, DType::F32 | DType::F64)
             && inner.len() == 1
             && inner[0] >= 2 * LANES
+    }
+
+    /// Whether a reduction over `inner` too short to split is staged (see the module docs):
+    /// a float sum, product, max or min over one dim of at most `2 * LANES` elements whose
+    /// body computes something (not only loads and casts).
+    pub(crate) fn staged_reduction(
+        combiner: Combiner,
+        acc: DType,
+        inner: &[usize],
+        body: &[Inst],
+    ) -> bool {
+        matches!(
+            combiner,
+            Combiner::Sum | Combiner::Prod | Combiner::Max | Combiner::Min
+        ) && matches!(acc, DType::F32 | DType::F64)
+            && inner.len() == 1
+            && (2..2 * LANES).contains(&inner[0])
+            && body
+                .iter()
+                .any(|i| matches!(i.op, InstOp::Unary(..) | InstOp::Binary(..)))
+    }
+
+    /// A staged reduction (see the module docs): the body for every element into a scratch
+    /// array (a loop without a loop-carried dependency, which the loop vectoriser widens),
+    /// then the scratch combined in index order. Returns the result.
+    pub(crate) fn reduce_staged(
+        &mut self,
+        body: &[Inst],
+        n: usize,
+        combiner: Combiner,
+        acc: DType,
+        value: ValueId,
+    ) -> Result<Val<'ctx>> {
+        let red = self.reduce_begin(combiner, acc, body, value)?;
+        let acc_t = match self.compute_type(Ty::Data(acc)) {
+            BasicTypeEnum::FloatType(t) => t,
+            _ => return Err(self.err("a staged reduction of a non-float accumulator")),
+        };
+        let scratch = self.entry_alloca(acc_t.array_type(n as u32).into(), "staged")?;
+        let i64t = self.ctx.i64_type();
+        let depth = self.vars.len();
+        let (lo, hi) = (self.i64c(0), self.i64c(n as i64));
+        self.counted_loop_masked_tail(lo, hi, "stage", |em, i| {
+            em.vars.truncate(depth);
+            em.vars.push(i);
+            em.body(body)?;
+            let v = em.value(value)?;
+            let x = em.cast(v, Ty::Data(acc))?;
+            // SAFETY (of the generated code): `i < n`, the array's length.
+            let p = unsafe {
+                em.b.build_in_bounds_gep(scratch, &[i64t.const_zero(), i], "st")?
+            };
+            em.b.build_store(p, x)?;
+            Ok(())
+        })?;
+        self.counted_loop(lo, hi, "fold", |em, i| {
+            // SAFETY (of the generated code): as above.
+            let p = unsafe {
+                em.b.build_in_bounds_gep(scratch, &[i64t.const_zero(), i], "sf")?
+            };
+            let x = em.b.build_load(p, "sv")?;
+            em.values.insert(
+                value,
+                Val {
+                    v: x,
+                    ty: Ty::Data(acc),
+                },
+            );
+            em.reduce_step(&red)
+        })?;
+        self.vars.truncate(depth);
+        self.reduce_end(&red)
     }
 
     /// A split reduction stage (see the module docs): `LANES` partial accumulators held in
