@@ -12,7 +12,9 @@ of smelt: this script is run by hand.
 `--smelt` takes the JSON written by `smelt bench --json` (same device, same machine) and
 prints smelt's ratios next to PyTorch's: eager / smelt and torch.compile / smelt (> 1 means
 smelt is faster), for smelt's preallocated (`run_into`) and fresh (`run`) outputs. PyTorch
-always returns fresh outputs.
+always returns fresh outputs. smelt's figures are its fused plan called back to back
+(`fused_alone` in the JSON, as PyTorch is timed here), or, in JSON from before that series
+existed, the fused calls that alternated with the unfused plan's.
 
 Timing: median wall time of repeated calls after warm-up (torch.compile's first call, which
 compiles, is timed separately as its compile time); on CUDA the device is synchronised before
@@ -283,8 +285,9 @@ def main():
         )
         s = smelt.get(r["name"]) if smelt else None
         if s:
-            into = s["fused"]["run_into"]["median_ms"]
-            run = s["fused"]["run"]["median_ms"]
+            fused = s.get("fused_alone", s["fused"])
+            into = fused["run_into"]["median_ms"]
+            run = fused["run"]["median_ms"]
             comp = r.get("compiled_ms", float("nan"))
             if s["min_bytes"] != r["min_bytes"]:
                 line += f"  (shapes differ: smelt moved {s['min_bytes']} bytes)"
