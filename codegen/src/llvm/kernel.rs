@@ -77,6 +77,18 @@ use smelt_passes::kernel::{
 };
 use std::collections::HashMap;
 
+/// Loop hints for a short loop the loop vectoriser should widen, which LLVM's unroller is to
+/// leave alone (after a full unroll only the SLP vectoriser could, and poorly, see the lanes).
+pub(crate) const NO_UNROLL: &[(&str, Option<bool>)] = &[("llvm.loop.unroll.disable", None)];
+
+/// Loop hints for a short loop of expensive iterations whose vectorised form is to mask its
+/// last, partial vector (`llvm.loop.vectorize.predicate.enable`) instead of finishing in scalar
+/// code, where a remainder of up to 15 iterations would cost as much as the vector part.
+pub(crate) const MASKED_TAIL: &[(&str, Option<bool>)] = &[
+    ("llvm.loop.vectorize.enable", Some(true)),
+    ("llvm.loop.vectorize.predicate.enable", Some(true)),
+];
+
 /// A program's kernels JIT-compiled into one module.
 #[derive(Debug)]
 pub struct CompiledKernels {
@@ -593,40 +605,18 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         self.counted_loop_latch(lo, hi, name, f).map(|_| ())
     }
 
-    /// [`Emitter::counted_loop`] that LLVM's unroller leaves alone (`llvm.loop.unroll.disable`):
-    /// for a short loop the loop vectoriser should widen instead of a full unroll (after which
-    /// only the SLP vectoriser could, and poorly, see the lanes).
-    pub(crate) fn counted_loop_no_unroll(
+    /// [`Emitter::counted_loop`] with loop `hints` ([`NO_UNROLL`], [`MASKED_TAIL`]) on its
+    /// latch branch.
+    pub(crate) fn counted_loop_hinted(
         &mut self,
         lo: IntValue<'ctx>,
         hi: IntValue<'ctx>,
         name: &str,
+        hints: &[(&str, Option<bool>)],
         f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
     ) -> Result<()> {
         let latch = self.counted_loop_latch(lo, hi, name, f)?;
-        self.loop_hints(latch, &[("llvm.loop.unroll.disable", None)]);
-        Ok(())
-    }
-
-    /// [`Emitter::counted_loop`] whose vectorised form masks its last, partial vector
-    /// (`llvm.loop.vectorize.predicate.enable`) instead of finishing in scalar code: for a
-    /// short loop of expensive iterations, where a scalar remainder of up to 15 iterations
-    /// would cost as much as the vector part.
-    pub(crate) fn counted_loop_masked_tail(
-        &mut self,
-        lo: IntValue<'ctx>,
-        hi: IntValue<'ctx>,
-        name: &str,
-        f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
-    ) -> Result<()> {
-        let latch = self.counted_loop_latch(lo, hi, name, f)?;
-        self.loop_hints(
-            latch,
-            &[
-                ("llvm.loop.vectorize.enable", Some(true)),
-                ("llvm.loop.vectorize.predicate.enable", Some(true)),
-            ],
-        );
+        self.loop_hints(latch, hints);
         Ok(())
     }
 

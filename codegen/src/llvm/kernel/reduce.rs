@@ -23,10 +23,10 @@
 //! one-loop form's; that form stays scalar, since the in-order combine cannot be vectorised
 //! under strict FP semantics and takes the body with it.
 
-use super::{Emitter, Val};
+use super::{Emitter, Val, MASKED_TAIL, NO_UNROLL};
 use crate::llvm::error::Result;
-use inkwell::types::{BasicTypeEnum, VectorType};
-use inkwell::values::{BasicValue, BasicValueEnum, PointerValue, VectorValue};
+use inkwell::types::{BasicTypeEnum, FloatType, VectorType};
+use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 use smelt_ir::{BinaryOp, DType};
 use smelt_passes::kernel::{Combiner, Inst, InstOp, Ty, ValueId};
@@ -242,26 +242,14 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         value: ValueId,
     ) -> Result<Val<'ctx>> {
         let red = self.reduce_begin(combiner, acc, body, value)?;
-        let acc_t = match self.compute_type(Ty::Data(acc)) {
-            BasicTypeEnum::FloatType(t) => t,
-            _ => return Err(self.err("a staged reduction of a non-float accumulator")),
-        };
+        let acc_t = self.float_acc(acc, "staged")?;
         let scratch = self.entry_alloca(acc_t.array_type(n as u32).into(), "staged")?;
         let i64t = self.ctx.i64_type();
         let depth = self.vars.len();
         let (lo, hi) = (self.i64c(0), self.i64c(n as i64));
-        self.counted_loop_masked_tail(lo, hi, "stage", |em, i| {
-            em.vars.truncate(depth);
-            em.vars.push(i);
-            em.body(body)?;
-            let v = em.value(value)?;
-            let x = em.cast(v, Ty::Data(acc))?;
-            // SAFETY (of the generated code): `i < n`, the array's length.
-            let p = unsafe {
-                em.b.build_in_bounds_gep(scratch, &[i64t.const_zero(), i], "st")?
-            };
-            em.b.build_store(p, x)?;
-            Ok(())
+        self.counted_loop_hinted(lo, hi, "stage", MASKED_TAIL, |em, i| {
+            // `i < n`, the scratch's length.
+            em.body_to_scratch(body, value, acc, depth, i, scratch, i)
         })?;
         self.counted_loop(lo, hi, "fold", |em, i| {
             // SAFETY (of the generated code): as above.
@@ -282,6 +270,40 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         self.reduce_end(&red)
     }
 
+    /// The float type a `what` (split or staged) reduction accumulates `acc` in.
+    fn float_acc(&self, acc: DType, what: &str) -> Result<FloatType<'ctx>> {
+        match self.compute_type(Ty::Data(acc)) {
+            BasicTypeEnum::FloatType(t) => Ok(t),
+            _ => Err(self.err(format!("a {what} reduction of a non-float accumulator"))),
+        }
+    }
+
+    /// The body at element `i` of the reduced dim (pushed after the first `depth` loop
+    /// variables), its reduced value cast to `acc` and stored at `slot` of `scratch`, an
+    /// array of `acc`; the caller guarantees `slot` is inside it.
+    #[allow(clippy::too_many_arguments)]
+    fn body_to_scratch(
+        &mut self,
+        body: &[Inst],
+        value: ValueId,
+        acc: DType,
+        depth: usize,
+        i: IntValue<'ctx>,
+        scratch: PointerValue<'ctx>,
+        slot: IntValue<'ctx>,
+    ) -> Result<()> {
+        self.vars.truncate(depth);
+        self.vars.push(i);
+        self.body(body)?;
+        let v = self.value(value)?;
+        let x = self.cast(v, Ty::Data(acc))?;
+        let zero = self.ctx.i64_type().const_zero();
+        // SAFETY (of the generated code): `slot` is inside the array (the caller's promise).
+        let p = unsafe { self.b.build_in_bounds_gep(scratch, &[zero, slot], "slot")? };
+        self.b.build_store(p, x)?;
+        Ok(())
+    }
+
     /// A split reduction stage (see the module docs): `LANES` partial accumulators held in
     /// one `<LANES x T>` vector, the halving tree, the tail in order. Each block of `LANES`
     /// elements runs the body in a lane loop (which the loop vectoriser widens) that stores the
@@ -299,10 +321,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     ) -> Result<Val<'ctx>> {
         let init = self.reduce_begin(combiner, acc, body, value)?;
         let identity = self.b.build_load(init.slot, "id")?.into_float_value();
-        let acc_t = match self.compute_type(Ty::Data(acc)) {
-            BasicTypeEnum::FloatType(t) => t,
-            _ => return Err(self.err("a split reduction of a non-float accumulator")),
-        };
+        let acc_t = self.float_acc(acc, "split")?;
         let vec_t = acc_t.vec_type(LANES as u32);
         let align = (LANES * acc.size_bytes()) as u32;
         let scratch = self.entry_alloca(acc_t.array_type(LANES as u32).into(), "lanes")?;
@@ -315,36 +334,32 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             splat = self.b.build_insert_element(splat, identity, at, "idv")?;
         }
         self.b.build_store(accv, splat)?;
-        let i64t = self.ctx.i64_type();
         let depth = self.vars.len();
         let blocks = (n / LANES) as i64;
         let width = self.i64c(LANES as i64);
-        self.counted_loop_no_unroll(self.i64c(0), self.i64c(blocks), "blk", |em, blk| {
-            let base = em.b.build_int_nsw_mul(blk, width, "bbase")?;
-            em.counted_loop_no_unroll(em.i64c(0), width, "ln", |em, l| {
-                let i = em.b.build_int_nsw_add(base, l, "li")?;
-                em.vars.truncate(depth);
-                em.vars.push(i);
-                em.body(body)?;
-                let v = em.value(value)?;
-                let x = em.cast(v, Ty::Data(acc))?;
-                // SAFETY (of the generated code): `l < LANES`, the array's length.
-                let p = unsafe {
-                    em.b.build_in_bounds_gep(scratch, &[i64t.const_zero(), l], "lane")?
-                };
-                em.b.build_store(p, x)?;
+        self.counted_loop_hinted(
+            self.i64c(0),
+            self.i64c(blocks),
+            "blk",
+            NO_UNROLL,
+            |em, blk| {
+                let base = em.b.build_int_nsw_mul(blk, width, "bbase")?;
+                em.counted_loop_hinted(em.i64c(0), width, "ln", NO_UNROLL, |em, l| {
+                    let i = em.b.build_int_nsw_add(base, l, "li")?;
+                    // `l < LANES`, the scratch's length.
+                    em.body_to_scratch(body, value, acc, depth, i, scratch, l)
+                })?;
+                let vp =
+                    em.b.build_bit_cast(scratch, vec_t.ptr_type(Default::default()), "lanesv")?
+                        .into_pointer_value();
+                let v = em.b.build_load(vp, "blkv")?;
+                set_alignment(v, align)?;
+                let cur = em.b.build_load(accv, "accc")?.into_vector_value();
+                let nv = em.combine_vector(combiner, cur, v.into_vector_value())?;
+                em.b.build_store(accv, nv)?;
                 Ok(())
-            })?;
-            let vp =
-                em.b.build_bit_cast(scratch, vec_t.ptr_type(Default::default()), "lanesv")?
-                    .into_pointer_value();
-            let v = em.b.build_load(vp, "blkv")?;
-            set_alignment(v, align)?;
-            let cur = em.b.build_load(accv, "accc")?.into_vector_value();
-            let nv = em.combine_vector(combiner, cur, v.into_vector_value())?;
-            em.b.build_store(accv, nv)?;
-            Ok(())
-        })?;
+            },
+        )?;
         self.vars.truncate(depth);
         // The halving tree on vectors: lanes `0..h` combined with lanes `h..2h`.
         let mut lanes = self.b.build_load(accv, "accf")?.into_vector_value();
