@@ -511,33 +511,21 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     combiner,
                     acc,
                     result,
-                } if Self::split_reduction(*combiner, *acc, &stage.inner) => {
-                    let r =
-                        self.reduce_split(&stage.body, stage.inner[0], *combiner, *acc, *value)?;
-                    self.values.insert(*result, r);
-                }
-                StageEffect::Reduce {
-                    value,
-                    combiner,
-                    acc,
-                    result,
-                } if Self::staged_reduction(*combiner, *acc, &stage.inner, &stage.body) => {
-                    let r =
-                        self.reduce_staged(&stage.body, stage.inner[0], *combiner, *acc, *value)?;
-                    self.values.insert(*result, r);
-                }
-                StageEffect::Reduce {
-                    value,
-                    combiner,
-                    acc,
-                    result,
                 } => {
-                    let red = self.reduce_begin(*combiner, *acc, &stage.body, *value)?;
-                    self.loop_nest(&stage.inner, None, &mut |em| {
-                        em.body(&stage.body)?;
-                        em.reduce_step(&red)
-                    })?;
-                    let r = self.reduce_end(&red)?;
+                    let (body, inner) = (&stage.body, &stage.inner);
+                    let (c, a, v) = (*combiner, *acc, *value);
+                    let r = if Self::split_reduction(c, a, inner) {
+                        self.reduce_split(body, inner[0], c, a, v)?
+                    } else if Self::staged_reduction(c, a, inner, body) {
+                        self.reduce_staged(body, inner[0], c, a, v)?
+                    } else {
+                        let red = self.reduce_begin(c, a, body, v)?;
+                        self.loop_nest(inner, None, &mut |em| {
+                            em.body(body)?;
+                            em.reduce_step(&red)
+                        })?;
+                        self.reduce_end(&red)?
+                    };
                     self.values.insert(*result, r);
                 }
                 StageEffect::Store(stores) => {

@@ -252,7 +252,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             em.body_to_scratch(body, value, acc, depth, i, scratch, i)
         })?;
         self.counted_loop(lo, hi, "fold", |em, i| {
-            // SAFETY (of the generated code): as above.
+            // SAFETY (of the generated code): `i < n`, the array's length.
             let p = unsafe {
                 em.b.build_in_bounds_gep(scratch, &[i64t.const_zero(), i], "sf")?
             };
