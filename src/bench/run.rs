@@ -162,44 +162,45 @@ fn summary(mut times: Vec<Duration>) -> Series {
     (times[times.len() / 2], times[0], times.len())
 }
 
-/// Wall times of `a` and `b` under `budget`, after one untimed call each, measured
-/// *alternately* (a, b, a, b, …) so that a change in the machine's load during the series
-/// affects both alike: their ratio is measured side by side.
+/// Wall times of each of `calls` under `budget`, after one untimed call each, measured in
+/// rounds (every call once per round, in order) for `budget.min_time` per call: a change in
+/// the machine's load during the series affects them all alike.
+fn time_rounds(
+    budget: &Budget,
+    calls: &mut [&mut dyn FnMut() -> Result<()>],
+) -> Result<Vec<Series>> {
+    for call in calls.iter_mut() {
+        call()?;
+    }
+    let mut times = vec![Vec::new(); calls.len()];
+    let limit = budget.min_time * calls.len() as u32;
+    let start = Instant::now();
+    while times[0].len() < budget.max_iters.max(1)
+        && (times[0].len() < budget.min_iters.max(1) || start.elapsed() < limit)
+    {
+        for (call, t) in calls.iter_mut().zip(&mut times) {
+            let s = Instant::now();
+            call()?;
+            t.push(s.elapsed());
+        }
+    }
+    Ok(times.into_iter().map(summary).collect())
+}
+
+/// Wall times of `a` and `b` measured *alternately* (a, b, a, b, …; see [`time_rounds`]), so
+/// that their ratio is measured side by side.
 fn time_pair(
     budget: &Budget,
     mut a: impl FnMut() -> Result<()>,
     mut b: impl FnMut() -> Result<()>,
 ) -> Result<(Series, Series)> {
-    a()?;
-    b()?;
-    let (mut ta, mut tb) = (Vec::new(), Vec::new());
-    let start = Instant::now();
-    while ta.len() < budget.max_iters.max(1)
-        && (ta.len() < budget.min_iters.max(1) || start.elapsed() < 2 * budget.min_time)
-    {
-        let t = Instant::now();
-        a()?;
-        ta.push(t.elapsed());
-        let t = Instant::now();
-        b()?;
-        tb.push(t.elapsed());
-    }
-    Ok((summary(ta), summary(tb)))
+    let s = time_rounds(budget, &mut [&mut a, &mut b])?;
+    Ok((s[0], s[1]))
 }
 
-/// Wall times of `f` alone under `budget`, after one untimed call.
+/// Wall times of `f` alone, call after call (see [`time_rounds`]).
 fn time_alone(budget: &Budget, mut f: impl FnMut() -> Result<()>) -> Result<Series> {
-    f()?;
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while times.len() < budget.max_iters.max(1)
-        && (times.len() < budget.min_iters.max(1) || start.elapsed() < budget.min_time)
-    {
-        let t = Instant::now();
-        f()?;
-        times.push(t.elapsed());
-    }
-    Ok(summary(times))
+    Ok(time_rounds(budget, &mut [&mut f])?[0])
 }
 
 fn timing(t: Series, min_bytes: u64, copy_gbps: Option<f64>) -> Timing {
