@@ -200,18 +200,26 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         self.binary(op, acc_val, xv, Ty::Data(acc))
     }
 
-    /// Whether a reduction over `inner` is split into lanes (see the module docs).
-    pub(crate) fn split_reduction(combiner: Combiner, acc: DType, inner: &[usize]) -> bool {
-        matches!(
+    /// The length of the one inner dim of a float sum, product, max or min: the reductions
+    /// that may be split or staged (see the module docs).
+    fn float_row(combiner: Combiner, acc: DType, inner: &[usize]) -> Option<usize> {
+        let float = matches!(
             combiner,
             Combiner::Sum | Combiner::Prod | Combiner::Max | Combiner::Min
-        ) && matches!(acc, DType::F32 | DType::F64)
-            && inner.len() == 1
-            && inner[0] >= 2 * LANES
+        ) && matches!(acc, DType::F32 | DType::F64);
+        match inner {
+            [n] if float => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// Whether a reduction over `inner` is split into lanes (see the module docs).
+    pub(crate) fn split_reduction(combiner: Combiner, acc: DType, inner: &[usize]) -> bool {
+        Self::float_row(combiner, acc, inner).is_some_and(|n| n >= 2 * LANES)
     }
 
     /// Whether a reduction over `inner` too short to split is staged (see the module docs):
-    /// a float sum, product, max or min over one dim of at most `2 * LANES` elements whose
+    /// a float sum, product, max or min over one dim of 2 to `2 * LANES - 1` elements whose
     /// body computes something (not only loads and casts).
     pub(crate) fn staged_reduction(
         combiner: Combiner,
@@ -219,12 +227,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         inner: &[usize],
         body: &[Inst],
     ) -> bool {
-        matches!(
-            combiner,
-            Combiner::Sum | Combiner::Prod | Combiner::Max | Combiner::Min
-        ) && matches!(acc, DType::F32 | DType::F64)
-            && inner.len() == 1
-            && (2..2 * LANES).contains(&inner[0])
+        Self::float_row(combiner, acc, inner).is_some_and(|n| (2..2 * LANES).contains(&n))
             && body
                 .iter()
                 .any(|i| matches!(i.op, InstOp::Unary(..) | InstOp::Binary(..)))
