@@ -1,8 +1,9 @@
 //! The JIT: verify, optimise for the host, compile with MCJIT, resolve function addresses.
 //!
-//! One [`JitModule`] owns one LLVM context, one execution engine and the machine code of every
-//! function its module defines. Compile the kernels of one graph into one module: each engine
-//! costs some pages of memory and a little setup time.
+//! One [`JitModule`] owns one execution engine and the machine code of every function its
+//! module defines; the module's IR and its LLVM context are freed once the code is loaded
+//! (step 7). Compile the kernels of one graph into one module: each engine costs some pages of
+//! memory and a little setup time.
 //!
 //! The pipeline, in order (see [`compile`]):
 //! 1. the caller builds the module (inkwell builder) or hands over IR text;
@@ -13,7 +14,9 @@
 //! 4. the new pass manager's `default<On>` pipeline, with loop and SLP vectorisation on, against a
 //!    target machine for the chosen CPU (so the vectoriser's cost model knows the vector width);
 //! 5. the optimised IR is printed (kept for snapshots and debugging);
-//! 6. MCJIT compiles the module and every defined external function's address is resolved.
+//! 6. MCJIT compiles the module and every defined external function's address is resolved;
+//! 7. the module is taken back from the engine and freed with its context (the engine keeps
+//!    the loaded machine code), which saves about a third of a compiled program's memory.
 //!
 //! Floating-point semantics are strict: no fast-math flags are added and the back end fuses
 //! only `llvm.fmuladd` (LLVM's default `FPOpFusion::Standard`), so a separate `fmul` and `fadd`
@@ -43,10 +46,10 @@ pub struct JitModule {
     features: String,
     ir: String,
     symbols: BTreeMap<String, usize>,
-    // Field order is drop order: the engine (which owns the module and the machine code) must
-    // go before the context it was created in.
+    /// The engine, which owns the machine code (its module and LLVM context are already
+    /// freed, see `compile_impl`). Its `'static` lifetime is invented: it no longer refers
+    /// to the context it names.
     _engine: ExecutionEngine<'static>,
-    _context: OwnedContext,
 }
 
 // SAFETY: the engine's `Rc` has no clone outside this struct (the `Module` wrapper that held one
@@ -180,13 +183,15 @@ fn compile_impl(
 ) -> Result<JitModule> {
     let (cpu, features) = cpu_and_features(&options.target)?;
     // Declared first so that it is dropped last, after the module and engine below, on every
-    // path out of this function.
+    // error path out of this function.
     let owned = OwnedContext::new();
     // SAFETY: `owned` keeps the context alive until it is dropped. Everything borrowing it with
-    // the invented `'static` lifetime (the module, the engine) is dropped before `owned`: on
-    // error paths by local drop order, on success inside `JitModule`, whose field order drops
-    // the engine before the context. No borrow escapes: `make_module` callers are generic over
-    // the context lifetime (see `compile`).
+    // the invented `'static` lifetime is either dropped before `owned` (the module: on error
+    // paths by local drop order, on success explicitly below) or, like the engine on error
+    // paths, dropped before it by local drop order. On success the engine outlives the
+    // context, which is sound because by then it no longer refers to it (see below). No
+    // borrow escapes: `make_module` callers are generic over the context lifetime (see
+    // `compile`).
     let ctx: &'static Context = unsafe { owned.get() };
     let module = make_module(ctx)?;
     let ir = prepare(&module, name, options.opt_level, &cpu, &features)?;
@@ -207,9 +212,18 @@ fn compile_impl(
             })?;
         symbols.insert(fname, address);
     }
-    // The engine owns the module now; dropping the wrapper drops its clone of the engine's `Rc`
-    // (see the `Send` impl of `JitModule`).
+    // Every address is resolved, so the machine code is loaded and final. Take the module back
+    // from the engine and free it, then free the context: MCJIT keeps the loaded code in its
+    // memory manager until the engine itself is dropped and never touches the IR or the LLVM
+    // context again (lookups by name are over; `symbols` has them). Keeping both would hold
+    // about a third of a compiled program's memory for nothing. The wrapper's clone of the
+    // engine's `Rc` goes with it (see the `Send` impl of `JitModule`).
+    engine.remove_module(&module).map_err(|e| LlvmError::Jit {
+        module: name.to_string(),
+        message: format!("cannot release the compiled module: {e:?}"),
+    })?;
     drop(module);
+    drop(owned);
     Ok(JitModule {
         name: name.to_string(),
         options: options.clone(),
@@ -218,7 +232,6 @@ fn compile_impl(
         ir,
         symbols,
         _engine: engine,
-        _context: owned,
     })
 }
 
