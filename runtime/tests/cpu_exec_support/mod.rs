@@ -332,18 +332,37 @@ pub fn fuzz_cases(default: usize) -> usize {
 /// inevitable between f32 kernels and the f64 interpreter, becomes a different integer that no
 /// tolerance can absorb; casts of exactly computed values are covered by the exact tests).
 /// Deterministic: the same `count` gives the same graphs.
+///
+/// For longer campaigns by hand, `SMELT_FUZZ_SEED` (a `u64`) draws another deterministic
+/// sequence of graphs, and `SMELT_FUZZ_MAX_NUMEL` raises the bound on every value's element
+/// count (default 512; larger values split work across threads and reach the long-row
+/// reduction paths more often). Unset, the graphs are the ones CI checks.
 pub fn fuzz_graphs(count: usize) -> Vec<(Graph, std::collections::HashMap<String, HostTensor>)> {
     use proptest::strategy::{Just, Strategy, ValueTree};
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
     use smelt_ir::arbitrary::{arb_bindings, arb_graph_with, with_sinks_as_outputs, GenConfig};
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
+    let env = |name: &str| -> Option<u64> {
+        let v = std::env::var(name).ok()?;
+        Some(
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v:?} is not a non-negative integer")),
+        )
+    };
+    let rng = match env("SMELT_FUZZ_SEED") {
+        None => TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+        Some(seed) => {
+            let mut bytes = [0u8; 32];
+            bytes[..8].copy_from_slice(&seed.to_le_bytes());
+            TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
+        }
+    };
+    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+    let defaults = GenConfig::default();
     let cfg = GenConfig {
         max_nodes: 20,
         float_to_int_casts: false,
-        ..GenConfig::default()
+        max_numel: env("SMELT_FUZZ_MAX_NUMEL").map_or(defaults.max_numel, |n| n as usize),
+        ..defaults
     };
     let strategy = arb_graph_with(cfg).prop_flat_map(|g| {
         let bindings = arb_bindings(&g);
