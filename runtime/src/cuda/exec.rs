@@ -415,13 +415,15 @@ struct RunState {
 
 /// A program compiled for one GPU, ready to run many times.
 pub struct CudaProgram {
+    /// First, so that it is dropped first: its cuBLAS handle is destroyed while the stream it
+    /// last ran on (the program's own, or none: see `run_impl`) still exists.
+    state: Mutex<RunState>,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     plan: LaunchPlan,
     functions: Vec<CudaFunction>,
     _modules: Vec<Arc<CudaModule>>,
     consts: DeviceAlloc,
-    state: Mutex<RunState>,
     output_shapes: Vec<Shape>,
     info: CudaDeviceInfo,
     compile_log: String,
@@ -960,12 +962,25 @@ impl CudaProgram {
         let state = &mut *guard;
         let enqueued = self.enqueue(stream, state, &inputs, &device_ptrs, &mut outputs);
         // Whether or not everything was enqueued, nothing may still use the arena or the
-        // staging buffer when the lock is released.
-        let synced = stream
-            .synchronize()
+        // staging buffer when the lock is released. Called directly rather than through
+        // `CudaStream::synchronize`, which first returns any error an unrelated drop left
+        // pending in cudarc, without synchronising.
+        // SAFETY: a live stream (borrowed) of this program's context (checked above), which
+        // is current on this thread (bound above).
+        let synced = unsafe { result::stream::synchronize(stream.cu_stream()) }
             .map_err(driver_err("cuStreamSynchronize"));
+        // The cuBLAS handle keeps no reference to the caller's stream between runs (the
+        // caller may destroy it): back to the default stream, which outlives the handle.
+        let unset = match &state.cublas {
+            // SAFETY: a live handle; a null stream is the default stream.
+            Some(h) => cublas_check("cublasSetStream", unsafe {
+                (h.lib.set_stream)(h.handle, std::ptr::null_mut())
+            }),
+            None => Ok(()),
+        };
         enqueued?;
         synced?;
+        unset?;
         if let Outputs::Host(outs) = &mut outputs {
             for (o, t) in self.plan.outputs.iter().zip(outs.iter_mut()) {
                 let bytes = o.numel * o.dtype.size_bytes();
