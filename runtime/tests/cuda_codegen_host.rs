@@ -49,6 +49,7 @@ static thread_local sm_dim3 threadIdx;
 static std::barrier<>* sm_bar;
 static unsigned char sm_xchg[1024][16];
 static inline void __syncthreads() { sm_bar->arrive_and_wait(); }
+static inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
 template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int o) {
     static_assert(sizeof(T) <= 16, "exchange slot");
     sm_bar->arrive_and_wait();
@@ -146,6 +147,18 @@ fn run_on_host(
     bindings: &HashMap<String, HostTensor>,
     dir: &Path,
 ) -> Option<HashMap<String, TensorData>> {
+    let (outputs, status) = run_on_host_with_status(program, bindings, dir)?;
+    assert_eq!(status, 0, "the status word reports a fault");
+    Some(outputs)
+}
+
+/// [`run_on_host`], also returning the program's status word after the run (0 when the source
+/// defines none).
+fn run_on_host_with_status(
+    program: &Program,
+    bindings: &HashMap<String, HostTensor>,
+    dir: &Path,
+) -> Option<(HashMap<String, TensorData>, u32)> {
     if program.steps.iter().any(|s| matches!(s, Step::Gemm(_))) {
         return None;
     }
@@ -207,6 +220,15 @@ fn run_on_host(
             decl.numel * decl.dtype.size_bytes()
         );
     }
+    let status_file = dir.join("status.bin");
+    if cuda.status_word {
+        let _ = writeln!(
+            src,
+            "    sm_save({:?}, &{}, 4);",
+            status_file.display().to_string(),
+            smelt_codegen::cuda::STATUS_WORD
+        );
+    }
     src.push_str("    return 0;\n}\n");
     let cpp = dir.join("prog.cpp");
     std::fs::write(&cpp, &src).unwrap();
@@ -238,7 +260,11 @@ fn run_on_host(
         let dtype = program.buffers[b.0 as usize].dtype;
         result.insert(name.clone(), data_of(dtype, &bytes));
     }
-    Some(result)
+    let status = match std::fs::read(&status_file) {
+        Ok(b) => u32::from_le_bytes(b[..4].try_into().unwrap()),
+        Err(_) => 0,
+    };
+    Some((result, status))
 }
 
 fn numbered(src: &str) -> String {
@@ -493,6 +519,87 @@ fn hand_built_kernels_run_on_the_host_like_the_reference() {
                     "{name}, output {out}: {e}\n{}",
                     cuda_program_source(&program).source
                 );
+            }
+        }
+    }
+}
+
+/// A gather whose index falls outside the table reads 0 there and sets the status word (the
+/// runtime turns it into an error), as the CPU backend does; in-range rows are read as usual.
+/// Two forms: the hand-built kernel, whose raw address runs past the table, and a traced
+/// `index_select`, which the lowering marks with index -1.
+#[test]
+fn out_of_range_gathers_read_zero_and_set_the_status_word() {
+    if Command::new("g++").arg("--version").output().is_err() {
+        println!("out_of_range_gathers_read_zero_and_set_the_status_word: skipped, no g++");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // Hand-built: 16 rows of 64 from a 100 x 64 table, ids (i * 7) % 130, so some are >= 100.
+    let k = cuda_kernels::gather();
+    let program = program_of(&k, &[(1, 100 * 64)]);
+    let bindings = inputs_of(&program, &[(0, 130)]);
+    let dir = tmp.path().join("hand");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (got, status) = run_on_host_with_status(&program, &bindings, &dir).expect("no GEMM");
+    assert_eq!(status, 1, "an out-of-range id must set the status word");
+    let as_f64 =
+        |t: &HostTensor| -> Vec<f64> { (0..t.numel()).map(|i| t.data().get_f64(i)).collect() };
+    let ids = as_f64(&bindings["b0"]);
+    let table = as_f64(&bindings["b1"]);
+    let out = got["o2"].clone();
+    let mut bad = 0;
+    for (r, &id) in ids.iter().enumerate() {
+        bad += usize::from(id >= 100.0);
+        for j in 0..64 {
+            let want = if j >= 48 {
+                f64::NEG_INFINITY
+            } else if id < 100.0 {
+                table[id as usize * 64 + j]
+            } else {
+                0.0
+            };
+            let g = out.get_f64(r * 64 + j);
+            assert!(
+                g == want || (g.is_nan() && want.is_nan()),
+                "row {r} (id {id}), column {j}: want {want}, got {g}"
+            );
+        }
+    }
+    assert!(bad > 0, "the test needs an out-of-range id");
+    // Traced: index_select through the lowering, one id past the end.
+    let mut g = smelt_ir::Graph::new();
+    let t = g.param("table", DType::F32, [10, 6].as_slice()).unwrap();
+    let i = g.input("idx", DType::I64, [4].as_slice()).unwrap();
+    let s = g.index_select(t, i, 0).unwrap();
+    g.set_output("rows", s).unwrap();
+    let o = optimize(&g, &PassOptions::default()).unwrap();
+    let program = lower(&o.graph, &o.plan).unwrap();
+    let table: Vec<f32> = (0..60).map(|x| x as f32 + 0.5).collect();
+    for (ids, faults) in [(vec![3i64, 0, 9, 1], 0), (vec![3, 10, 9, 1], 1)] {
+        let bindings = HashMap::from([
+            (
+                "table".to_string(),
+                HostTensor::from_f32([10, 6].as_slice(), table.clone()).unwrap(),
+            ),
+            (
+                "idx".to_string(),
+                HostTensor::from_i64([4].as_slice(), ids.clone()).unwrap(),
+            ),
+        ]);
+        let dir = tmp.path().join(format!("traced{faults}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (got, status) = run_on_host_with_status(&program, &bindings, &dir).expect("no GEMM");
+        assert_eq!(status, faults, "ids {ids:?}");
+        let rows = &got["rows"];
+        for (r, &id) in ids.iter().enumerate() {
+            for j in 0..6 {
+                let want = if id < 10 {
+                    table[id as usize * 6 + j]
+                } else {
+                    0.0
+                };
+                assert_eq!(rows.get_f64(r * 6 + j), want as f64, "ids {ids:?} row {r}");
             }
         }
     }

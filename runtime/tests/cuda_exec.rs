@@ -728,6 +728,62 @@ fn bad_inputs_and_outputs_are_typed_errors() {
     assert_eq!(exe.run(&ok).unwrap()[0].1.numel(), 30);
 }
 
+/// A gather index outside its axis is a typed error on the GPU, as on the CPU (the kernels'
+/// status word), with either code generator; the program stays usable and the word is
+/// cleared, so the next in-range run succeeds with the interpreter's values.
+#[test]
+fn out_of_range_gathers_are_typed_errors_on_the_gpu() {
+    if !gpu_or_skip("out_of_range_gathers_are_typed_errors_on_the_gpu") {
+        return;
+    }
+    let mut g = Graph::new();
+    let t = g.param("table", DType::F32, [10, 6].as_slice()).unwrap();
+    let i = g.input("idx", DType::I64, [4].as_slice()).unwrap();
+    let s = g.index_select(t, i, 0).unwrap();
+    g.set_output("rows", s).unwrap();
+    let o = optimize(&g, &PassOptions::default()).unwrap();
+    let program = smelt_passes::kernel::lower(&o.graph, &o.plan).unwrap();
+    let table = tensor(DType::F32, &[10, 6], &floats(60, 3, 1.0, false));
+    let params = HashMap::from([("table".to_string(), table.clone())]);
+    let ids = |v: Vec<i64>| {
+        HashMap::from([(
+            "idx".to_string(),
+            HostTensor::from_i64([4].as_slice(), v).unwrap(),
+        )])
+    };
+    let mut codegens = vec![CudaOptions::default()];
+    if cfg!(feature = "llvm") {
+        codegens.push(CudaOptions {
+            codegen: smelt_runtime::cuda::CudaCodegen::Llvm,
+            ..CudaOptions::default()
+        });
+    }
+    for options in codegens {
+        let exe = match compile(&program, &g, &params, &options) {
+            Ok(e) => e,
+            Err(e) if options.codegen != CudaOptions::default().codegen => {
+                println!("LLVM path unavailable: {e}");
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        for bad in [10i64, -11, i64::MAX] {
+            let e = exe.run(&ids(vec![3, bad, 9, 1])).unwrap_err();
+            assert!(
+                matches!(e, CudaExecError::IndexOutOfRange { .. }),
+                "{:?}, id {bad}: {e}",
+                options.codegen
+            );
+        }
+        let good = ids(vec![3, 0, 9, 1]);
+        let mut with = good.clone();
+        with.insert("table".to_string(), table.clone());
+        let want = eval(&g, &with).unwrap();
+        let got = exe.run(&good).unwrap();
+        check_bits("in-range gather after faults", &got[0].1, &want[0].1).unwrap();
+    }
+}
+
 /// The LLVM NVPTX path names and orders its entries like the plan's generated kernels, so the
 /// executor can swap its module in (no GPU needed).
 #[cfg(feature = "llvm")]

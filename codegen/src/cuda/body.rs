@@ -60,11 +60,12 @@ pub(super) fn emit_body(
     }
 }
 
-/// `param[address]` converted to the compute type.
+/// `param[address]` converted to the compute type (range-checked when the index is computed,
+/// see [`Ctx::checked_load`]).
 pub(super) fn global_load(cx: &mut Ctx, b: BufferId, a: &Access, d: DType) -> String {
     let param = load_param(cx, b);
-    let addr = cx.address(a);
-    load_conv(d, &format!("{param}[{addr}]"))
+    let e = cx.checked_load(&param, b, a);
+    load_conv(d, &e)
 }
 
 /// The parameter buffer `b` is read through.
@@ -82,11 +83,12 @@ pub(super) fn load_param(cx: &mut Ctx, b: BufferId) -> String {
 /// The statement of a store: `out0[addr] = conv(v);`.
 pub(super) fn store_stmt(cx: &mut Ctx, s: &Store) -> String {
     let addr = cx.address(&s.access);
-    format!(
+    let stmt = format!(
         "{}[{addr}] = {};",
         store_param(cx, s.buffer),
         store_value(cx, s)
-    )
+    );
+    cx.checked_store(s.buffer, &s.access, stmt)
 }
 
 pub(super) fn store_param(cx: &mut Ctx, b: BufferId) -> String {

@@ -135,10 +135,15 @@ pub(super) struct Ctx<'k> {
     pub errors: Vec<String>,
     /// A loop variable printed under another name (the vectorised loop's lane variable).
     pub rename: Option<(usize, String)>,
+    /// Each declared buffer's element count (unknown for a kernel printed on its own).
+    numel: BTreeMap<BufferId, u64>,
+    /// Whether an access through a computed index was printed (range-checked, see
+    /// [`Ctx::checked_load`]): the translation unit then defines the status word.
+    pub checked: bool,
 }
 
 impl<'k> Ctx<'k> {
-    pub fn new(k: &'k Kernel, declared: &dyn Fn(BufferId) -> Option<DType>) -> Ctx<'k> {
+    pub fn new(k: &'k Kernel, declared: &dyn Fn(BufferId) -> Option<(DType, usize)>) -> Ctx<'k> {
         let wide = k.index_width == IndexWidth::I64;
         let mut types = HashMap::new();
         let mut dtypes = BTreeMap::new();
@@ -171,10 +176,15 @@ impl<'k> Ctx<'k> {
             }
         }
         let mut errors = Vec::new();
+        let mut numel = BTreeMap::new();
         for &b in k.reads.iter().chain(&k.writes) {
+            let decl = declared(b);
+            if let Some((_, n)) = decl {
+                numel.insert(b, n as u64);
+            }
             if let std::collections::btree_map::Entry::Vacant(e) = dtypes.entry(b) {
-                match declared(b) {
-                    Some(d) => {
+                match decl {
+                    Some((d, _)) => {
                         e.insert(d);
                     }
                     None => errors.push(format!("the type of buffer b{} is unknown", b.0)),
@@ -199,6 +209,45 @@ impl<'k> Ctx<'k> {
             write_param,
             errors,
             rename: None,
+            numel,
+            checked: false,
+        }
+    }
+
+    /// The element count bound of a computed index into `b`, as a `long long` literal: its
+    /// declared length, or the largest `long long` when undeclared (then only negative
+    /// indices, the lowering's mark for an out-of-range gather, are caught).
+    fn bound(&self, b: BufferId) -> String {
+        match self.numel.get(&b) {
+            Some(&n) => format!("{n}LL"),
+            None => "0x7fffffffffffffffLL".to_string(),
+        }
+    }
+
+    /// Element `a` of `param` (buffer `b`) as a storage value: a plain subscript for an
+    /// affine access (in range by construction), else `sm_gather`, which reads 0 and records
+    /// the fault in the status word when the computed index is outside the buffer.
+    pub fn checked_load(&mut self, param: &str, b: BufferId, a: &Access) -> String {
+        let addr = self.address(a);
+        match a {
+            Access::Affine { .. } => format!("{param}[{addr}]"),
+            Access::Computed(_) => {
+                self.checked = true;
+                format!("sm_gather({param}, {addr}, {})", self.bound(b))
+            }
+        }
+    }
+
+    /// `stmt` (a store to element `a` of buffer `b`) guarded like [`Ctx::checked_load`]:
+    /// skipped, with the fault recorded, when a computed index is outside the buffer.
+    pub fn checked_store(&mut self, b: BufferId, a: &Access, stmt: String) -> String {
+        match a {
+            Access::Affine { .. } => stmt,
+            Access::Computed(_) => {
+                self.checked = true;
+                let addr = self.address(a);
+                format!("if (sm_in_range({addr}, {})) {stmt}", self.bound(b))
+            }
         }
     }
 

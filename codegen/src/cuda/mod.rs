@@ -44,8 +44,11 @@
 //! truncate, saturate, and send NaN to 0. `maximum`/`minimum` and max/min reductions propagate
 //! NaN; argmax/argmin return the first extreme index, NaN counting as extreme. f32/f64
 //! arithmetic uses `__fadd_rn`-style intrinsics so no FMA contraction changes results; math
-//! functions are CUDA's accurate ones (`expf`, `erff`, `tanhf`, never `__expf`). Gathered
-//! (computed) indices are used as given: out-of-range indices must be excluded by lowering.
+//! functions are CUDA's accurate ones (`expf`, `erff`, `tanhf`, never `__expf`). An access
+//! through a computed index (a gather, a div/mod view) is range-checked: outside its buffer
+//! (the lowering marks an out-of-range gather with index -1) a load reads 0 and a store is
+//! skipped, and bit 0 of the program's status word [`STATUS_WORD`] is set for the runtime to
+//! report, as the CPU backend's status word does.
 //!
 //! A malformed kernel (a value used before definition, a buffer that is not a parameter)
 //! prints `#error` lines, so NVRTC rejects it with a message instead of smelt panicking.
@@ -116,13 +119,21 @@ pub struct CudaProgram {
     pub source: String,
     /// Entry point and launch of each kernel step, in step order (GEMM steps have none).
     pub kernels: Vec<(String, LaunchConfig)>,
+    /// Whether the source defines the status word [`STATUS_WORD`] (some kernel reads or
+    /// writes through a computed index), which the runtime reads and clears after each run.
+    pub status_word: bool,
 }
+
+/// The name of the `extern "C" __device__ unsigned int` a program's kernels set (bit 0) when a
+/// computed (gathered) index falls outside its buffer; such a load reads 0 and such a store is
+/// skipped, as on the CPU. Find it with `cuModuleGetGlobal`.
+pub const STATUS_WORD: &str = "smelt_status";
 
 /// Prints `kernel` as a self-contained translation unit. Buffer dtypes come from the kernel's
 /// loads and stores.
 pub fn cuda_source(kernel: &Kernel) -> CudaKernel {
-    let (text, launch, f16, bf16) = print_kernel(kernel, &kernel.name, &|_| None);
-    let mut source = prelude::prelude(f16, bf16);
+    let (text, launch, f16, bf16, checked) = print_kernel(kernel, &kernel.name, &|_| None);
+    let mut source = prelude::prelude(f16, bf16, checked);
     source.push('\n');
     source.push_str(&text);
     CudaKernel {
@@ -135,8 +146,14 @@ pub fn cuda_source(kernel: &Kernel) -> CudaKernel {
 /// Prints every kernel of `program` into one translation unit. Entry names are the kernels'
 /// names; a name used twice gets `_s<step>` appended.
 pub fn cuda_program_source(program: &Program) -> CudaProgram {
-    let declared = |b: BufferId| program.buffers.iter().find(|d| d.id == b).map(|d| d.dtype);
-    let (mut f16, mut bf16) = (false, false);
+    let declared = |b: BufferId| {
+        program
+            .buffers
+            .iter()
+            .find(|d| d.id == b)
+            .map(|d| (d.dtype, d.numel))
+    };
+    let (mut f16, mut bf16, mut checked) = (false, false, false);
     let mut texts = String::new();
     let mut kernels: Vec<(String, LaunchConfig)> = Vec::new();
     for (i, step) in program.steps.iter().enumerate() {
@@ -145,24 +162,30 @@ pub fn cuda_program_source(program: &Program) -> CudaProgram {
         if kernels.iter().any(|(e, _)| *e == entry) {
             entry = format!("{}_s{i}", k.name);
         }
-        let (text, launch, h, b) = print_kernel(k, &entry, &declared);
+        let (text, launch, h, b, c) = print_kernel(k, &entry, &declared);
         f16 |= h;
         bf16 |= b;
+        checked |= c;
         texts.push('\n');
         texts.push_str(&text);
         kernels.push((entry, launch));
     }
-    let mut source = prelude::prelude(f16, bf16);
+    let mut source = prelude::prelude(f16, bf16, checked);
     source.push_str(&texts);
-    CudaProgram { source, kernels }
+    CudaProgram {
+        source,
+        kernels,
+        status_word: checked,
+    }
 }
 
-/// The kernel's text, launch, and whether it needs the f16 / bf16 headers.
+/// The kernel's text, launch, whether it needs the f16 / bf16 headers, and whether it checks
+/// computed indices (and so needs the status word).
 fn print_kernel(
     k: &Kernel,
     entry: &str,
-    declared: &dyn Fn(BufferId) -> Option<DType>,
-) -> (String, LaunchConfig, bool, bool) {
+    declared: &dyn Fn(BufferId) -> Option<(DType, usize)>,
+) -> (String, LaunchConfig, bool, bool, bool) {
     let mut cx = Ctx::new(k, declared);
     let mut body = String::new();
     let elementwise = k.stages.len() == 1
@@ -184,7 +207,13 @@ fn print_kernel(
     out.push_str(" {\n");
     out.push_str(&body);
     out.push_str("}\n");
-    (out, launch, cx.uses(DType::F16), cx.uses(DType::BF16))
+    (
+        out,
+        launch,
+        cx.uses(DType::F16),
+        cx.uses(DType::BF16),
+        cx.checked,
+    )
 }
 
 /// The comment header: name, strategy, origin ops, loop structure.

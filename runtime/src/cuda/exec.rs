@@ -24,9 +24,10 @@ use super::exec_error::{driver_err, invalid, CudaExecError, ExecResult};
 use super::launch::{GemmBackend, KernelArg, LaunchPlan, LaunchStep, Trans};
 use super::{driver, nvrtc, Arch, CompileOptions, KernelImage};
 use crate::cache::KernelCache;
-use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr};
+use smelt_codegen::cuda::STATUS_WORD;
 use smelt_ir::{with_data, DType, HostTensor, Shape, TensorData};
-use smelt_passes::kernel::{BufferKind, Program, Step};
+use smelt_passes::kernel::{Access, BufferKind, InstOp, Program, StageEffect, Step};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -411,6 +412,62 @@ struct RunState {
     staging: PinnedAlloc,
     cublas: Option<CublasHandle>,
     ptrs: Vec<u64>,
+    /// Where each status word is copied at the end of a run (4 bytes each); none when no
+    /// module has one.
+    status: Option<PinnedAlloc>,
+}
+
+/// The device address of each loaded module's status word (`STATUS_WORD`, set by kernels
+/// when a computed index falls outside its buffer), for the modules that define one.
+fn status_words(modules: &[Arc<CudaModule>], stream: &Arc<CudaStream>) -> ExecResult<Vec<u64>> {
+    let mut words = Vec::new();
+    for m in modules {
+        match m.get_global(STATUS_WORD, stream) {
+            Ok(view) if view.len() >= 4 => words.push(view.device_ptr(stream).0),
+            Ok(view) => {
+                return Err(invalid(format!(
+                    "the status word {STATUS_WORD} holds {} bytes, not 4",
+                    view.len()
+                )))
+            }
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND => {}
+            Err(e) => return Err(driver_err("cuModuleGetGlobal")(e)),
+        }
+    }
+    Ok(words)
+}
+
+/// The kernel steps of `program` that read or write through a computed index (the ones whose
+/// range checks can set a status word), for the error message.
+fn computed_access_kernels(program: &Program) -> String {
+    let names: Vec<&str> = program
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Kernel(k) => Some(k),
+            Step::Gemm(_) => None,
+        })
+        .filter(|k| {
+            k.stages.iter().any(|st| {
+                st.body.iter().any(|i| {
+                    matches!(
+                        i.op,
+                        InstOp::Load {
+                            access: Access::Computed(_),
+                            ..
+                        }
+                    )
+                }) || matches!(&st.effect, StageEffect::Store(stores)
+                    if stores.iter().any(|s| matches!(s.access, Access::Computed(_))))
+            })
+        })
+        .map(|k| k.name.as_str())
+        .collect();
+    if names.is_empty() {
+        "(none found)".to_string()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// A program compiled for one GPU, ready to run many times.
@@ -424,6 +481,10 @@ pub struct CudaProgram {
     functions: Vec<CudaFunction>,
     _modules: Vec<Arc<CudaModule>>,
     consts: DeviceAlloc,
+    /// The status words of the modules (see `status_words`), read and cleared by every run.
+    status_words: Vec<u64>,
+    /// The kernels that can set them, named by an `IndexOutOfRange` error.
+    checked_kernels: String,
     output_shapes: Vec<Shape>,
     info: CudaDeviceInfo,
     compile_log: String,
@@ -677,6 +738,11 @@ impl CudaProgram {
             .map_err(driver_err("cuMemsetD8"))?;
         settle(&ctx)?;
         let staging = PinnedAlloc::new(&ctx, plan.staging_bytes)?;
+        let status_words = status_words(&modules, &stream)?;
+        let status = match status_words.len() {
+            0 => None,
+            n => Some(PinnedAlloc::new(&ctx, 4 * n)?),
+        };
         let uses_cublas = plan
             .steps
             .iter()
@@ -701,7 +767,10 @@ impl CudaProgram {
                 staging,
                 cublas,
                 ptrs,
+                status,
             }),
+            status_words,
+            checked_kernels: computed_access_kernels(program),
             output_shapes,
             info,
             compile_log,
@@ -981,6 +1050,15 @@ impl CudaProgram {
         enqueued?;
         synced?;
         unset?;
+        let faults = match state.status.as_mut() {
+            Some(st) => (0..self.status_words.len()).any(|i| st.slice(4 * i, 4) != [0; 4]),
+            None => false,
+        };
+        if faults {
+            return Err(CudaExecError::IndexOutOfRange {
+                kernels: self.checked_kernels.clone(),
+            });
+        }
         if let Outputs::Host(outs) = &mut outputs {
             for (o, t) in self.plan.outputs.iter().zip(outs.iter_mut()) {
                 let bytes = o.numel * o.dtype.size_bytes();
@@ -1161,6 +1239,22 @@ impl CudaProgram {
                         .map_err(driver_err("cuMemcpyDtoDAsync"))?;
                 }
             }
+        }
+        // Each status word into the pinned buffer (read after the stream is synchronised),
+        // then cleared for the next run.
+        for (i, &word) in self.status_words.iter().enumerate() {
+            let st = state
+                .status
+                .as_mut()
+                .ok_or_else(|| invalid("status words without their pinned buffer"))?;
+            let dst = st.slice(4 * i, 4);
+            // SAFETY: `word` is a module global of 4 bytes (checked at load); the destination
+            // is pinned memory read only after the stream is synchronised.
+            unsafe { result::memcpy_dtoh_async(dst, word, cu_stream) }
+                .map_err(driver_err("cuMemcpyDtoHAsync"))?;
+            // SAFETY: the same 4 bytes, cleared after the copy above in stream order.
+            unsafe { result::memset_d8_async(word, 0, 4, cu_stream) }
+                .map_err(driver_err("cuMemsetD8Async"))?;
         }
         Ok(())
     }

@@ -46,6 +46,14 @@ pub enum CudaExecError {
     /// A size does not fit the type the driver or a kernel needs.
     #[error("{what} overflows")]
     Overflow { what: String },
+    /// A kernel met a computed index outside its buffer (a gather index outside its axis):
+    /// the status word of its module was set. Out-of-range loads read 0 and out-of-range
+    /// stores were skipped, so the run's outputs are not valid.
+    #[error(
+        "an index is out of range (e.g. a gather index outside its axis) in kernel(s) {kernels}; \
+         the outputs of this run are not valid"
+    )]
+    IndexOutOfRange { kernels: String },
     /// The LLVM NVPTX path (`CudaCodegen::Llvm`) could not produce PTX (built without the
     /// `llvm` feature, libdevice missing for a kernel with transcendental math, …).
     #[error("LLVM NVPTX code generation failed: {0} (CudaCodegen::Nvrtc needs no LLVM)")]
