@@ -6,7 +6,9 @@
 #   gpu-bundle/bin/<test name>    cuda_exec, cache_concurrency, cache_entries, cuda_nvrtc,
 #                                 cuda_probe, cuda_codegen, smelt_runtime_lib (the unit tests)
 #   gpu-bundle/bin/smelt          the CLI (`smelt bench --device cuda`, `smelt demo`)
-#   gpu-bundle/MANIFEST.txt       git revision, build date, file sizes
+#   gpu-bundle/MANIFEST.txt       git revision, build date, the glibc it needs, file sizes
+#   gpu-bundle/SOURCES.sha256     the hashes of the sources it was built from (gpu-check.sh
+#                                 warns when the tree differs)
 #
 # Usage: scripts/build-gpu-bundle.sh [--max-mib N]   (default 60: the bundle must travel with the
 # working tree, which the GPU session limits to 64 MiB). Fails when the bundle is larger.
@@ -76,10 +78,18 @@ strip "$out.tmp"/bin/*
   echo "revision: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"
   echo "features: --no-default-features (no LLVM)"
+  if command -v objdump >/dev/null; then
+    echo "needs: glibc >= $(objdump -T "$out.tmp"/bin/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' |
+      sed 's/GLIBC_//' | sort -V | tail -1)"
+  fi
   echo "files:"
   (cd "$out.tmp/bin" && ls -l | awk 'NR > 1 { printf "  %-22s %10d bytes\n", $9, $5 }')
 } >"$out.tmp/MANIFEST.txt"
 
+# The sources the binaries came from, so that gpu-check.sh can tell (without git) whether the
+# tree it runs in is the one the bundle was built from.
+git -C "$repo" ls-files -z -- Cargo.toml Cargo.lock codegen frontend ir passes runtime src |
+  (cd "$repo" && xargs -0 sha256sum) >"$out.tmp/SOURCES.sha256"
 total_kib=$(du -sk "$out.tmp" | cut -f1)
 echo "total: $((total_kib / 1024)) MiB (${total_kib} KiB)" >>"$out.tmp/MANIFEST.txt"
 rm -rf "$out"

