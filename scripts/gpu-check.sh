@@ -224,6 +224,7 @@ export LD_LIBRARY_PATH="${ld#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The kernel cache lives outside RESULTS_DIR (which may be copied back): a fresh, cold one.
 SMELT_CACHE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/smelt-gpu-check-cache.XXXXXX")"
 export SMELT_CACHE_DIR
+trap 'rm -rf "$SMELT_CACHE_DIR" "${linkdir:-}"' EXIT
 export SMELT_FUZZ_CASES="${SMELT_FUZZ_CASES:-150}"
 export RUST_BACKTRACE=1
 {

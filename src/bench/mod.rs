@@ -76,6 +76,8 @@ pub struct Report {
     pub machine: Machine,
     /// The resolved device.
     pub device: String,
+    /// On a GPU: its name, architecture, memory, and the driver and NVRTC versions.
+    pub gpu: Option<String>,
     pub quick: bool,
     /// The CPU kernels' f32 math (`polynomial` or `libm`, see [`MathMode`]).
     pub math: String,
@@ -83,6 +85,25 @@ pub struct Report {
     pub min_iters: usize,
     pub stream: Option<StreamReport>,
     pub cases: Vec<run::CaseResult>,
+}
+
+/// What `Report::gpu` says about CUDA device `n` (what could not be read is left out).
+fn gpu_description(n: usize) -> String {
+    let mut s = match smelt_runtime::cuda::cuda_device(n) {
+        Ok(i) => format!(
+            "{} ({}, {} MiB), driver {}.{}",
+            i.name,
+            i.arch,
+            i.total_mem >> 20,
+            i.driver_version / 1000,
+            i.driver_version % 1000 / 10
+        ),
+        Err(e) => format!("cuda:{n} ({e})"),
+    };
+    if let Ok(nvrtc) = smelt_runtime::cuda::nvrtc() {
+        s.push_str(&format!(", {}", nvrtc.version_string()));
+    }
+    s
 }
 
 /// Runs the suite; `progress` gets one line per step (the CLI prints them on stderr).
@@ -169,6 +190,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         command: opts.command.clone(),
         machine: report::machine(),
         device: device.to_string(),
+        gpu: gpu.map(gpu_description),
         quick: opts.quick,
         math: opts.math.to_string(),
         min_time_ms: budget.min_time.as_secs_f64() * 1e3,

@@ -28,6 +28,9 @@ pub fn tables(r: &Report) -> String {
         if r.quick { ", --quick shapes" } else { "" }
     );
     let _ = writeln!(s, "command: {}", r.command);
+    if let Some(g) = &r.gpu {
+        let _ = writeln!(s, "gpu: {g}");
+    }
     let _ = writeln!(s, "cpu kernels' f32 exp/tanh/erf: {}", r.math);
     match &r.stream {
         Some(st) => {
