@@ -277,7 +277,7 @@ else
     say "$(printf '%-14s DONE     %4d s' peers $(($(date +%s) - p0)))"
   else
     say "$(printf '%-14s INCOMPLETE %2d s (see peers.log): %s' peers $(($(date +%s) - p0)) \
-      "$(grep -E "Error|error" "$results/peers.log" | tail -1 | cut -c1-160)")"
+      "$(grep -v '^\[' "$results/peers.log" | tail -1 | cut -c1-160)")"
   fi
 fi
 step cuda_exec_fuzz 120 "${req[@]}" "$bin/cuda_exec" --show-output --exact "$fuzz"
