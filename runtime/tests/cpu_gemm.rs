@@ -300,6 +300,105 @@ fn tiled_products_match_the_reference_for_every_pool_size() {
     }
 }
 
+/// f32 products of at most `PANEL_MAX_ROWS` rows run on the panel kernel where the CPU has
+/// AVX-512 (ragged micro-tiles of rows and masked partial panels of columns, operands
+/// transposed through strides); they match the reference, give the same bits on every pool
+/// size, and the same bits again with the right operand packed in panels beforehand
+/// (`MatmulPlan::panel_rhs`, what bound weights get), which is refused when too short.
+#[test]
+fn few_row_f32_products_run_on_the_panel_kernel() {
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    println!("few_row_f32_products_run_on_the_panel_kernel: AVX-512F {avx512}");
+    let plan = |m: usize, k: usize, n: usize| {
+        MatmulPlan::new(
+            DType::F32,
+            &MatmulOperand::contiguous(&[m, k]),
+            &MatmulOperand::contiguous(&[k, n]),
+        )
+        .unwrap()
+    };
+    assert_eq!(plan(64, 8, 8).uses_panels(), avx512);
+    assert!(!plan(65, 8, 8).uses_panels());
+    assert!(!MatmulPlan::new(
+        DType::F64,
+        &MatmulOperand::contiguous(&[4, 8]),
+        &MatmulOperand::contiguous(&[8, 8])
+    )
+    .unwrap()
+    .uses_panels());
+    let pools: Vec<CpuPool> = (1..=3).map(|t| CpuPool::new(t).unwrap()).collect();
+    let mut seed = 500;
+    for m in [1, 11, 12, 13, 25, 64] {
+        for (k, n) in [
+            (1, 17),
+            (3, 1),
+            (3, 33),
+            (130, 15),
+            (130, 16),
+            (64, 70),
+            (40, 96),
+        ] {
+            for (ta, tb) in [(false, false), (true, true)] {
+                seed += 2;
+                let a = tensor(DType::F32, &stored(&[m, k], ta), seed);
+                let b = tensor(DType::F32, &stored(&[k, n], tb), seed + 1);
+                let mut first = None;
+                for pool in &pools {
+                    check(pool, &a, ta, &b, tb);
+                    let bits = matmul_host(pool, &a, ta, &b, tb)
+                        .unwrap()
+                        .into_data()
+                        .to_le_bytes();
+                    let first = first.get_or_insert_with(|| bits.clone());
+                    assert!(
+                        &bits == first,
+                        "{m}x{k}x{n}: {} threads differ from 1",
+                        pool.threads()
+                    );
+                }
+                if ta || tb || !avx512 {
+                    continue;
+                }
+                // The right operand packed in panels: the same bits, red zone untouched.
+                let TensorData::F32(av) = a.data() else {
+                    unreachable!()
+                };
+                let TensorData::F32(bv) = b.data() else {
+                    unreachable!()
+                };
+                for pool in &pools {
+                    let plain = plan(m, k, n);
+                    let mut want = vec![0f32; m * n];
+                    plain.run(pool, av, bv, &mut want).unwrap();
+                    let mut packed_plan = plain.clone();
+                    packed_plan.panel_rhs(pool.threads()).unwrap();
+                    let packed = packed_plan.pack_panels(pool.threads(), |i, j| bv[i * n + j]);
+                    let mut got = vec![f32::NAN; m * n + 40];
+                    packed_plan.run(pool, av, &packed, &mut got).unwrap();
+                    assert!(
+                        got[..m * n]
+                            .iter()
+                            .zip(&want)
+                            .all(|(g, w)| g.to_bits() == w.to_bits()),
+                        "{m}x{k}x{n}, {} threads: packed and plain differ",
+                        pool.threads()
+                    );
+                    assert!(got[m * n..].iter().all(|v| v.is_nan()), "red zone");
+                    if packed.len() > k * n {
+                        let e = packed_plan
+                            .run(pool, av, &packed[..k * n], &mut got)
+                            .unwrap_err();
+                        assert!(matches!(e, CpuError::BufferTooSmall { .. }), "{e}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn a_general_strided_operand_is_read_in_place() {
     // lhs: the [3, 4] block at column 2 of a row-major [3, 10] buffer; rhs: the transpose of a

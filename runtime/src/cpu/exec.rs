@@ -594,6 +594,7 @@ type Packed = HashMap<
         Vec<usize>,
         Vec<isize>,
         Option<Vec<Range<usize>>>,
+        bool,
     ),
     usize,
 >;
@@ -604,7 +605,9 @@ type Packed = HashMap<
 /// faster (128 x 3072 x 768: about 2.0 ms instead of 3.0 ms on the 2-core development VM).
 /// When the product with left operand `lhs` splits into per-thread column blocks
 /// ([`MatmulPlan::rhs_column_blocks`]), the copy holds each block contiguously instead
-/// ([`MatmulPlan::block_rhs`]).
+/// ([`MatmulPlan::block_rhs`]); when it runs on the panel kernel (f32, few rows, AVX-512:
+/// [`MatmulPlan::uses_panels`]), each block in that kernel's panels
+/// ([`MatmulPlan::panel_rhs`]).
 /// Returns the plan of `lhs @ copy` and the copy's slot (read from offset 0), or `None` to
 /// read the buffer as it is. The values are the same, so the product is too.
 fn pack_rhs(
@@ -626,7 +629,8 @@ fn pack_rhs(
     }
     let mut plan = MatmulPlan::new(dtype, lhs, &MatmulOperand::contiguous(dims)).ok()?;
     let blocks = plan.rhs_column_blocks(threads);
-    if blocks.is_some() {
+    let panels = plan.panel_rhs(threads).is_ok();
+    if blocks.is_some() && !panels {
         plan.block_rhs(threads).ok()?;
     }
     let key = (
@@ -635,9 +639,20 @@ fn pack_rhs(
         dims.to_vec(),
         strides.to_vec(),
         blocks.clone(),
+        panels,
     );
     if let Some(&slot) = packed.get(&key) {
         return Some((plan, slot));
+    }
+    if panels {
+        let TensorData::F32(v) = t.data() else {
+            return None;
+        };
+        let data = plan.pack_panels(threads, |i, j| v[offset + i + j * sn as usize]);
+        let tensor = HostTensor::new(Shape::new(&[data.len()]), TensorData::F32(data)).ok()?;
+        slots.push(Slot::Bound(tensor));
+        packed.insert(key, slots.len() - 1);
+        return Some((plan, slots.len() - 1));
     }
     // Element `e` of the copy: in block `[c, c + w)` (all of `0..n` when not blocked), which
     // starts at `k * c`, row `i = (e - k * c) / w`, column `c + (e - k * c) % w`.

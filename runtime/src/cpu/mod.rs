@@ -61,7 +61,7 @@ pub mod memory;
 pub mod pages;
 mod pool;
 
-pub use self::gemm::{matmul_host, Element, MatmulOperand, MatmulPlan};
+pub use self::gemm::{matmul_host, Element, MatmulOperand, MatmulPlan, PANEL_MAX_ROWS};
 pub use error::{CpuError, Result};
 pub use exec::{CpuOptions, CpuProgram};
 pub use jit_cache::{clear_jit_cache, jit_compilations};

@@ -1,10 +1,11 @@
 //! The per-dtype matmul loops behind [`MatmulPlan::run_raw`]: `gemm` for f32/f64, `gemm` in f32
 //! for f16/bf16, a plain wrapping loop for integers.
 
-use super::{overflow, CpuError, Element, MatmulPlan, Result};
+use super::{overflow, panel, CpuError, Element, MatmulPlan, Result};
 use crate::cpu::pool::CpuPool;
 use gemm::Parallelism;
 use half::{bf16, f16};
+use smelt_ir::DType;
 
 impl MatmulPlan {
     /// f32 and f64 straight through `gemm`, one single-threaded `gemm` per tile of the output
@@ -60,6 +61,30 @@ impl MatmulPlan {
                         for r in 0..rows.len() {
                             std::ptr::write_bytes(dst.add(r * n), 0, cols.len());
                         }
+                        continue;
+                    }
+                    if T::DTYPE == DType::F32 && self.uses_panels() {
+                        // `T` is f32 (the sealed `Element` of dtype F32).
+                        let rhs = if self.rhs_panels {
+                            panel::Rhs::Panels(rhs.get().offset(k as isize * c0).cast())
+                        } else {
+                            panel::Rhs::Strided {
+                                ptr: rhs.get().offset(rhs_at).cast(),
+                                rs: rhs_rs,
+                                cs: self.rhs.cs,
+                            }
+                        };
+                        panel::tile(
+                            lhs.get().offset(lo + r0 * self.lhs.rs).cast(),
+                            self.lhs.rs,
+                            self.lhs.cs,
+                            rows.len(),
+                            k,
+                            rhs,
+                            cols.len(),
+                            dst.cast(),
+                            n,
+                        );
                         continue;
                     }
                     gemm::gemm(

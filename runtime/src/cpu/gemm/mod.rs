@@ -22,7 +22,12 @@
 //!   (widened per batch) use `gemm`'s threading for few large batches. Integer loops split
 //!   rows across the pool.
 //! - **SIMD.** The `gemm` crate's AVX-512 kernels are compiled in (its `x86-v4` feature) and
-//!   chosen at run time when the CPU has AVX-512; AVX2+FMA kernels otherwise.
+//!   chosen at run time when the CPU has AVX-512; AVX2+FMA kernels otherwise. f32 products of
+//!   at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS) rows run instead on smelt's own AVX-512 panel kernel
+//!   (`panel.rs`) when the CPU has AVX-512F: with so few rows, `gemm`'s per-call packing of
+//!   the right operand costs as much as the arithmetic; bound weights are packed once, at
+//!   compile time, in the kernel's layout ([`MatmulPlan::panel_rhs`]). Each output element is
+//!   then one fused multiply-add chain in `k` order.
 //! - **Accuracy.** `gemm` accumulates in f32 (f32, f16, bf16) or f64 in a
 //!   blocked order, like PyTorch's GEMMs; the reference interpreter accumulates in f64. The
 //!   difference is bounded by `γ_k · Σ_p |a_ip · b_pj|` with `γ_k ≈ k · 2⁻²⁴` for f32 (see
@@ -30,8 +35,10 @@
 
 mod kernels;
 mod operand;
+mod panel;
 
 pub use operand::MatmulOperand;
+pub use panel::PANEL_MAX_ROWS;
 
 use super::error::{CpuError, Result};
 use super::pool::CpuPool;
@@ -122,6 +129,8 @@ pub struct MatmulPlan {
     /// Set by [`MatmulPlan::block_rhs`]: the right operand is stored in column blocks, one per
     /// tile of a pool of this many threads (see there).
     rhs_blocked: Option<usize>,
+    /// Set by [`MatmulPlan::panel_rhs`]: each block is stored in the panel kernel's layout.
+    rhs_panels: bool,
 }
 
 impl MatmulPlan {
@@ -173,8 +182,57 @@ impl MatmulPlan {
             rhs: layout(rhs, false, &batch_dims)?,
             batch_dims,
             rhs_blocked: None,
+            rhs_panels: false,
         };
         Ok(plan)
+    }
+
+    /// Whether this product runs on the panel kernel (`panel.rs`): one f32 matrix product (no
+    /// batch dims: a linear layer) with at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS)
+    /// rows, on a CPU with AVX-512F. (Batched products, attention's, are small per batch;
+    /// `gemm` runs them faster.)
+    pub fn uses_panels(&self) -> bool {
+        self.dtype == DType::F32
+            && self.batch_dims.is_empty()
+            && self.m <= PANEL_MAX_ROWS
+            && panel::available()
+    }
+
+    /// Declares the right operand, a row-major `[k, n]` matrix of a product that
+    /// [`uses_panels`](Self::uses_panels), stored instead as [`MatmulPlan::pack_panels`]
+    /// writes it for a pool of `threads` threads: each column block of
+    /// [`MatmulPlan::rhs_column_blocks`] (or all columns, when the product is not split) in
+    /// the panel kernel's layout, block after block. The values read are the same, and so is
+    /// every bit of the product (see `panel.rs`). Running the plan on a pool of another size
+    /// is an error. Fails (leaves the plan as it was) for any other product.
+    pub fn panel_rhs(&mut self, threads: usize) -> Result<()> {
+        let plain = self.rhs.rs == self.n as isize && self.rhs.cs == 1;
+        if !plain || !self.uses_panels() {
+            return Err(CpuError::MatmulShape {
+                reason: "its right operand cannot be stored in panels".into(),
+                lhs: format!("[{}, {}]", self.m, self.k),
+                rhs: format!("[{}, {}]", self.k, self.n),
+            });
+        }
+        self.rhs_blocked = self.rhs_column_blocks(threads).map(|_| threads);
+        self.rhs_panels = true;
+        Ok(())
+    }
+
+    /// The right operand `at(i, j)` (`i < k`, `j < n`) in the layout [`MatmulPlan::panel_rhs`]
+    /// declared for `threads` threads: each block from element `k * c` of its first column
+    /// `c` (a multiple of 32), whole 32-column pairs, zeros past the last column.
+    pub fn pack_panels(&self, threads: usize, at: impl Fn(usize, usize) -> f32) -> Vec<f32> {
+        let (k, n) = (self.k, self.n);
+        let blocks = self
+            .rhs_column_blocks(threads)
+            .unwrap_or_else(|| std::iter::once(0..n).collect());
+        let mut out = Vec::with_capacity(panel::packed_len(k, n));
+        for b in blocks.into_iter().filter(|b| !b.is_empty()) {
+            debug_assert_eq!(out.len(), k * b.start, "blocks start at k * column");
+            panel::pack_panels(&mut out, k, b, &at);
+        }
+        out
     }
 
     /// The column ranges of the tiles a pool of `threads` threads splits this product into,
@@ -257,6 +315,15 @@ impl MatmulPlan {
         }
         check_span(&self.lhs, lhs.len(), "lhs")?;
         check_span(&self.rhs, rhs.len(), "rhs")?;
+        let panels = panel::packed_len(self.k, self.n);
+        if self.rhs_panels && rhs.len() < panels {
+            return Err(CpuError::BufferTooSmall {
+                op: OP,
+                operand: "rhs (in panels)",
+                needed: panels,
+                len: rhs.len(),
+            });
+        }
         if out.len() < self.out_len() {
             return Err(CpuError::BufferTooSmall {
                 op: OP,
@@ -313,7 +380,8 @@ impl MatmulPlan {
     ///
     /// # Safety
     /// `lhs`, `rhs` and `out` point to elements of the plan's dtype, aligned for it; every
-    /// element offset the operands' dims and strides reach from `lhs`/`rhs` is readable, the
+    /// element offset the operands' dims and strides reach from `lhs`/`rhs` is readable (for a
+    /// right operand in panels, [`MatmulPlan::pack_panels`]'s whole length), the
     /// [`MatmulPlan::out_len`] elements from `out` are writable and overlap neither operand,
     /// and nothing else accesses `out` during the call.
     pub unsafe fn run_raw(
