@@ -1,18 +1,19 @@
 //! Few-row f32 products on AVX-512: the "panel" kernel behind [`MatmulPlan`](super::MatmulPlan)
-//! for f32 products
-//! of at most [`PANEL_MAX_ROWS`] rows (a linear layer applied to a few tokens, attention over
-//! a short sequence).
+//! for single f32 matrix products of at most [`PANEL_MAX_ROWS`] rows (a linear layer applied
+//! to a few tokens; batched products such as attention's stay with `gemm`).
 //!
 //! With few rows, each panel of the right operand that `gemm` packs is used by few rows, so the
 //! packing (a read and a write of the whole weight on every call) costs as much as the
 //! arithmetic. Here the right operand is read in panels of [`PANEL`] columns laid out
 //! `[k][16]`: packed once at compile time for bound weights
-//! ([`MatmulPlan::panel_rhs`](super::MatmulPlan::panel_rhs),
-//! [`pack_panels`]), or copied per call into a small scratch otherwise. A micro-tile is up to
-//! [`MR`] rows by two panels (32 columns) held in 24 `zmm` accumulators; for each `k` it loads
-//! the two panel vectors and broadcasts one left element per row (measured: 32 x 1536 x 768
-//! on one core 0.65–0.71 ms against 0.98–1.06 ms with `gemm`, 32 x 384 x 3072 0.55–0.61 ms
-//! against 0.69–0.81 ms).
+//! ([`MatmulPlan::panel_rhs`](super::MatmulPlan::panel_rhs), [`pack_panels`]), or copied per
+//! call into a small scratch otherwise. A micro-tile is up to [`MR`] rows by two panels (32
+//! columns) held in 24 `zmm` accumulators; for each `k` it loads the two panel vectors and
+//! broadcasts one left element per row; while the first row block reads a pair, the next pair
+//! is prefetched. Measured on the 2-core development VM (see BENCHMARKS.md), the BERT layer's
+//! linear layers at 32 tokens: 32 x 768 x 3072 0.77 ms instead of 1.67 ms with `gemm`,
+//! 32 x 3072 x 768 0.79 instead of 1.42 ms, 32 x 768 x 768 0.17 instead of 0.35–0.41 ms. At
+//! 128 rows `gemm` is as fast, so larger products stay there.
 //!
 //! **Order of accumulation:** every output element is one fused multiply-add chain over `k`
 //! in increasing order, starting from +0. It depends neither on the tiling, the thread count
