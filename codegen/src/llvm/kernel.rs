@@ -604,7 +604,22 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
     ) -> Result<()> {
         let latch = self.counted_loop_latch(lo, hi, name, f)?;
-        self.loop_hints(latch, hints);
+        // The NVPTX back end (`nvptx.rs` reuses these bodies) never vectorises loops, so a
+        // vectorisation request there would only make LLVM warn that it failed.
+        let gpu = self
+            .module
+            .get_triple()
+            .as_str()
+            .to_bytes()
+            .starts_with(b"nvptx");
+        let hints: Vec<_> = hints
+            .iter()
+            .copied()
+            .filter(|(name, _)| !(gpu && name.starts_with("llvm.loop.vectorize.")))
+            .collect();
+        if !hints.is_empty() {
+            self.loop_hints(latch, &hints);
+        }
         Ok(())
     }
 
