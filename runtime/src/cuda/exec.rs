@@ -1119,6 +1119,13 @@ impl CudaProgram {
             let status = unsafe { (h.lib.set_stream)(h.handle, cu_stream.cast()) };
             cublas_check("cublasSetStream", status)?;
         }
+        // The status words start every run cleared, whatever an earlier, failed run left.
+        for &word in &self.status_words {
+            // SAFETY: a module global of 4 bytes (checked at load), in stream order before
+            // every step of this run.
+            unsafe { result::memset_d8_async(word, 0, 4, cu_stream) }
+                .map_err(driver_err("cuMemsetD8Async"))?;
+        }
         let ptr_of = |a: &KernelArg| match *a {
             KernelArg::Buffer { buffer, .. } => state.ptrs[buffer],
             KernelArg::Count(n) => n as u64,
@@ -1252,8 +1259,8 @@ impl CudaProgram {
                 }
             }
         }
-        // Each status word into the pinned buffer (read after the stream is synchronised),
-        // then cleared for the next run.
+        // Each status word into the pinned buffer, read after the stream is synchronised
+        // (the words were cleared before this run's first step).
         for (i, &word) in self.status_words.iter().enumerate() {
             let st = state
                 .status
@@ -1264,9 +1271,6 @@ impl CudaProgram {
             // is pinned memory read only after the stream is synchronised.
             unsafe { result::memcpy_dtoh_async(dst, word, cu_stream) }
                 .map_err(driver_err("cuMemcpyDtoHAsync"))?;
-            // SAFETY: the same 4 bytes, cleared after the copy above in stream order.
-            unsafe { result::memset_d8_async(word, 0, 4, cu_stream) }
-                .map_err(driver_err("cuMemsetD8Async"))?;
         }
         Ok(())
     }
