@@ -4,6 +4,11 @@
 //! proves bounds against them —, the JIT options, the host target's LLVM version, CPU and
 //! features). Compiling the same graph twice in one process therefore compiles no kernel twice:
 //! the second compile takes the machine code of the first (entry points share one module).
+//!
+//! The cache holds at most [`DEFAULT_JIT_CACHE_ENTRIES`] programs' modules (or what
+//! [`set_jit_cache_capacity`] says) and forgets the least recently used one beyond that, so a
+//! process that compiles many different graphs (new shapes, new models) does not keep every
+//! module it ever built. A forgotten module lives on in the programs still using it.
 
 use super::error::Result;
 use super::kernel::CpuKernel;
@@ -16,8 +21,49 @@ use std::sync::{Mutex, OnceLock};
 
 type Key = [u8; 32];
 
-static CACHE: OnceLock<Mutex<HashMap<Key, Vec<CpuKernel>>>> = OnceLock::new();
+/// How many programs' modules the cache holds unless [`set_jit_cache_capacity`] says otherwise.
+pub const DEFAULT_JIT_CACHE_ENTRIES: usize = 256;
+
+/// The cached modules, each with the tick of its last use (for least-recently-used eviction).
+#[derive(Default)]
+struct Cache {
+    map: HashMap<Key, (Vec<CpuKernel>, u64)>,
+    tick: u64,
+}
+
+impl Cache {
+    /// Forgets least recently used entries until at most `cap` remain.
+    fn shrink_to(&mut self, cap: usize) {
+        while self.map.len() > cap {
+            let Some(oldest) = self
+                .map
+                .iter()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(k, _)| *k)
+            else {
+                break;
+            };
+            self.map.remove(&oldest);
+        }
+    }
+}
+
+static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+static CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_JIT_CACHE_ENTRIES);
 static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets how many programs' modules the in-process cache keeps (at least 1), forgetting the
+/// least recently used ones beyond it now and later.
+pub fn set_jit_cache_capacity(entries: usize) {
+    let cap = entries.max(1);
+    CAPACITY.store(cap, Ordering::Relaxed);
+    if let Some(cache) = CACHE.get() {
+        cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .shrink_to(cap);
+    }
+}
 
 /// How many JIT module compilations this process has run (cache misses).
 pub fn jit_compilations() -> usize {
@@ -49,15 +95,25 @@ pub(crate) fn cached(
 ) -> Result<Vec<CpuKernel>> {
     let key = key(program, kernels, options, target);
     let cache = CACHE.get_or_init(Default::default);
-    if let Some(hit) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(hit.clone());
+    {
+        let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+        c.tick += 1;
+        let tick = c.tick;
+        if let Some((hit, used)) = c.map.get_mut(&key) {
+            *used = tick;
+            return Ok(hit.clone());
+        }
     }
     // Compile outside the lock: two threads may compile the same program at once; both results
     // are correct and the first stored wins.
     let compiled = compile()?;
     COMPILATIONS.fetch_add(1, Ordering::Relaxed);
-    let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
-    Ok(map.entry(key).or_insert(compiled).clone())
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    c.tick += 1;
+    let tick = c.tick;
+    let kernels = c.map.entry(key).or_insert((compiled, tick)).0.clone();
+    c.shrink_to(CAPACITY.load(Ordering::Relaxed));
+    Ok(kernels)
 }
 
 /// Empties the in-process cache, so that the next compile of any program JIT-compiles it again
@@ -67,8 +123,8 @@ pub fn clear_jit_cache() -> usize {
     let Some(cache) = CACHE.get() else {
         return 0;
     };
-    let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
-    let n = map.len();
-    map.clear();
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let n = c.map.len();
+    c.map.clear();
     n
 }

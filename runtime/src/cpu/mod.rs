@@ -64,7 +64,9 @@ mod pool;
 pub use self::gemm::{matmul_host, Element, MatmulOperand, MatmulPlan, PANEL_MAX_ROWS};
 pub use error::{CpuError, Result};
 pub use exec::{CpuOptions, CpuProgram};
-pub use jit_cache::{clear_jit_cache, jit_compilations};
+pub use jit_cache::{
+    clear_jit_cache, jit_compilations, set_jit_cache_capacity, DEFAULT_JIT_CACHE_ENTRIES,
+};
 pub use kernel::CpuKernel;
 pub use memory::{plan_memory, MemoryPlan};
 pub use pool::{CpuPool, CHUNKS_PER_THREAD};
