@@ -142,13 +142,11 @@ mod avx512 {
                 Rhs::Panels(p) => unsafe { p.add(pair * 2 * k * PANEL) },
                 Rhs::Strided { ptr, rs, cs } => {
                     scratch.clear();
-                    // SAFETY: columns below `cols` and rows below `k` of the caller's operand.
-                    super::pack_panels(
-                        &mut scratch,
-                        k,
-                        first..(first + PAIR).min(cols),
-                        |i, j| unsafe { *ptr.offset(i as isize * rs + j as isize * cs) },
-                    );
+                    super::pack_panels(&mut scratch, k, first..(first + PAIR).min(cols), |i, j| {
+                        // SAFETY: `pack_panels` asks only for rows below `k` and columns below
+                        // `cols`, which the caller guarantees readable.
+                        unsafe { *ptr.offset(i as isize * rs + j as isize * cs) }
+                    });
                     scratch.as_ptr()
                 }
             };
@@ -216,6 +214,11 @@ mod avx512 {
 
     /// `R` rows by one pair of panels: `c[r][j] = Σ_i a[r][i] · p(i, j)`, stored through the
     /// masks of valid columns (`m0` for the first panel, `m1` for the second).
+    ///
+    /// # Safety
+    /// Called from [`tile`] only (AVX-512F enabled): `a` addresses `R` rows of `k` readable
+    /// elements, both panels `k * 16` readable elements, `c` `R` rows (`ldc` apart) writable
+    /// where the masks are set.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn micro<const R: usize>(
