@@ -644,31 +644,29 @@ fn pack_rhs(
     if let Some(&slot) = packed.get(&key) {
         return Some((plan, slot));
     }
-    if panels {
+    // Element `(i, j)` of the `[k, n]` operand in the bound buffer.
+    let at = |i: usize, j: usize| offset + i + j * sn as usize;
+    let tensor = if panels {
         let TensorData::F32(v) = t.data() else {
             return None;
         };
-        let data = plan.pack_panels(threads, |i, j| v[offset + i + j * sn as usize]);
-        let tensor = HostTensor::new(Shape::new(&[data.len()]), TensorData::F32(data)).ok()?;
-        slots.push(Slot::Bound(tensor));
-        packed.insert(key, slots.len() - 1);
-        return Some((plan, slots.len() - 1));
-    }
-    // Element `e` of the copy: in block `[c, c + w)` (all of `0..n` when not blocked), which
-    // starts at `k * c`, row `i = (e - k * c) / w`, column `c + (e - k * c) % w`.
-    let blocks = blocks.unwrap_or_else(|| std::iter::once(0..n).collect());
-    let order: Vec<usize> = blocks
-        .iter()
-        .flat_map(|b| {
-            (0..k).flat_map(move |i| b.clone().map(move |j| offset + i + j * sn as usize))
-        })
-        .collect();
-    let data = match t.data() {
-        TensorData::F32(v) => TensorData::F32(order.iter().map(|&at| v[at]).collect()),
-        TensorData::F64(v) => TensorData::F64(order.iter().map(|&at| v[at]).collect()),
-        _ => return None,
+        let data = plan.pack_panels(threads, |i, j| v[at(i, j)]);
+        HostTensor::new(Shape::new(&[data.len()]), TensorData::F32(data)).ok()?
+    } else {
+        // Element `e` of the copy: in block `[c, c + w)` (all of `0..n` when not blocked),
+        // which starts at `k * c`, row `i = (e - k * c) / w`, column `c + (e - k * c) % w`.
+        let blocks = blocks.unwrap_or_else(|| std::iter::once(0..n).collect());
+        let order: Vec<usize> = blocks
+            .iter()
+            .flat_map(|b| (0..k).flat_map(move |i| b.clone().map(move |j| at(i, j))))
+            .collect();
+        let data = match t.data() {
+            TensorData::F32(v) => TensorData::F32(order.iter().map(|&e| v[e]).collect()),
+            TensorData::F64(v) => TensorData::F64(order.iter().map(|&e| v[e]).collect()),
+            _ => return None,
+        };
+        HostTensor::new(Shape::new(&[k, n]), data).ok()?
     };
-    let tensor = HostTensor::new(Shape::new(&[k, n]), data).ok()?;
     slots.push(Slot::Bound(tensor));
     packed.insert(key, slots.len() - 1);
     Some((plan, slots.len() - 1))
