@@ -206,13 +206,8 @@ impl MatmulPlan {
     /// every bit of the product (see `panel.rs`). Running the plan on a pool of another size
     /// is an error. Fails (leaves the plan as it was) for any other product.
     pub fn panel_rhs(&mut self, threads: usize) -> Result<()> {
-        let plain = self.rhs.rs == self.n as isize && self.rhs.cs == 1;
-        if !plain || !self.uses_panels() {
-            return Err(CpuError::MatmulShape {
-                reason: "its right operand cannot be stored in panels".into(),
-                lhs: format!("[{}, {}]", self.m, self.k),
-                rhs: format!("[{}, {}]", self.k, self.n),
-            });
+        if !self.rhs_row_major() || !self.uses_panels() {
+            return Err(self.not_storable("in panels".into()));
         }
         self.rhs_blocked = self.rhs_column_blocks(threads).map(|_| threads);
         self.rhs_panels = true;
@@ -262,19 +257,27 @@ impl MatmulPlan {
     /// another size is an error. Fails (leaves the plan as it was) unless the operand is
     /// row-major `[k, n]` and the product splits into column blocks for `threads`.
     pub fn block_rhs(&mut self, threads: usize) -> Result<()> {
-        let plain = self.rhs.rs == self.n as isize && self.rhs.cs == 1;
         let gemm_dtype = matches!(self.dtype, DType::F32 | DType::F64);
-        if !plain || !gemm_dtype || self.rhs_column_blocks(threads).is_none() {
-            return Err(CpuError::MatmulShape {
-                reason: format!(
-                    "its right operand cannot be stored in column blocks for {threads} threads"
-                ),
-                lhs: format!("[{}, {}]", self.m, self.k),
-                rhs: format!("[{}, {}]", self.k, self.n),
-            });
+        if !self.rhs_row_major() || !gemm_dtype || self.rhs_column_blocks(threads).is_none() {
+            return Err(self.not_storable(format!("in column blocks for {threads} threads")));
         }
         self.rhs_blocked = Some(threads);
         Ok(())
+    }
+
+    /// Whether the right operand is read as a row-major `[k, n]` matrix.
+    fn rhs_row_major(&self) -> bool {
+        self.rhs.rs == self.n as isize && self.rhs.cs == 1
+    }
+
+    /// The error of [`MatmulPlan::block_rhs`] / [`MatmulPlan::panel_rhs`]: the right operand
+    /// cannot be stored `how`.
+    fn not_storable(&self, how: String) -> CpuError {
+        CpuError::MatmulShape {
+            reason: format!("its right operand cannot be stored {how}"),
+            lhs: format!("[{}, {}]", self.m, self.k),
+            rhs: format!("[{}, {}]", self.k, self.n),
+        }
     }
 
     pub fn dtype(&self) -> DType {
