@@ -36,6 +36,8 @@ impl MatmulPlan {
         }
         let per_batch = tiles.per_batch();
         let total = self.batches.saturating_mul(per_batch);
+        // `T` is f32 when its dtype is (the sealed `Element` of dtype F32).
+        let panels = T::DTYPE == DType::F32 && self.uses_panels();
         pool.for_each_chunk(total as i64, 1, |start, end| {
             for t in start as usize..end as usize {
                 let b = t / per_batch;
@@ -63,8 +65,7 @@ impl MatmulPlan {
                         }
                         continue;
                     }
-                    if T::DTYPE == DType::F32 && self.uses_panels() {
-                        // `T` is f32 (the sealed `Element` of dtype F32).
+                    if panels {
                         let rhs = if self.rhs_panels {
                             panel::Rhs::Panels(rhs.get().offset(k as isize * c0).cast())
                         } else {
