@@ -33,6 +33,12 @@ struct Cache {
 }
 
 impl Cache {
+    /// The next use's tick.
+    fn touch(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
     /// Forgets least recently used entries until at most `cap` remain.
     fn shrink_to(&mut self, cap: usize) {
         while self.map.len() > cap {
@@ -98,8 +104,7 @@ pub(crate) fn cached(
     let cache = CACHE.get_or_init(Default::default);
     {
         let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-        c.tick += 1;
-        let tick = c.tick;
+        let tick = c.touch();
         if let Some((hit, used)) = c.map.get_mut(&key) {
             *used = tick;
             return Ok(hit.clone());
@@ -110,8 +115,7 @@ pub(crate) fn cached(
     let compiled = compile()?;
     COMPILATIONS.fetch_add(1, Ordering::Relaxed);
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    c.tick += 1;
-    let tick = c.tick;
+    let tick = c.touch();
     let kernels = c.map.entry(key).or_insert((compiled, tick)).0.clone();
     c.shrink_to(CAPACITY.load(Ordering::Relaxed));
     Ok(kernels)
