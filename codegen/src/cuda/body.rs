@@ -82,13 +82,9 @@ pub(super) fn load_param(cx: &mut Ctx, b: BufferId) -> String {
 
 /// The statement of a store: `out0[addr] = conv(v);`.
 pub(super) fn store_stmt(cx: &mut Ctx, s: &Store) -> String {
-    let addr = cx.address(&s.access);
-    let stmt = format!(
-        "{}[{addr}] = {};",
-        store_param(cx, s.buffer),
-        store_value(cx, s)
-    );
-    cx.checked_store(s.buffer, &s.access, stmt)
+    let param = store_param(cx, s.buffer);
+    let value = store_value(cx, s);
+    cx.checked_store(&param, s.buffer, &s.access, &value)
 }
 
 pub(super) fn store_param(cx: &mut Ctx, b: BufferId) -> String {

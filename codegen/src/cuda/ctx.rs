@@ -238,14 +238,16 @@ impl<'k> Ctx<'k> {
         }
     }
 
-    /// `stmt` (a store to element `a` of buffer `b`) guarded like [`Ctx::checked_load`]:
-    /// skipped, with the fault recorded, when a computed index is outside the buffer.
-    pub fn checked_store(&mut self, b: BufferId, a: &Access, stmt: String) -> String {
+    /// The statement storing `value` into element `a` of `param` (buffer `b`), guarded like
+    /// [`Ctx::checked_load`]: skipped, with the fault recorded, when a computed index is
+    /// outside the buffer.
+    pub fn checked_store(&mut self, param: &str, b: BufferId, a: &Access, value: &str) -> String {
+        let addr = self.address(a);
+        let stmt = format!("{param}[{addr}] = {value};");
         match a {
             Access::Affine { .. } => stmt,
             Access::Computed(_) => {
                 self.checked = true;
-                let addr = self.address(a);
                 format!("if (sm_in_range({addr}, {})) {stmt}", self.bound(b))
             }
         }
