@@ -1261,16 +1261,13 @@ impl CudaProgram {
         }
         // Each status word into the pinned buffer, read after the stream is synchronised
         // (the words were cleared before this run's first step).
-        for (i, &word) in self.status_words.iter().enumerate() {
-            let st = state
-                .status
-                .as_mut()
-                .ok_or_else(|| invalid("status words without their pinned buffer"))?;
-            let dst = st.slice(4 * i, 4);
-            // SAFETY: `word` is a module global of 4 bytes (checked at load); the destination
-            // is pinned memory read only after the stream is synchronised.
-            unsafe { result::memcpy_dtoh_async(dst, word, cu_stream) }
-                .map_err(driver_err("cuMemcpyDtoHAsync"))?;
+        if let Some(st) = state.status.as_mut() {
+            for (i, &word) in self.status_words.iter().enumerate() {
+                // SAFETY: `word` is a module global of 4 bytes (checked at load); the
+                // destination is pinned memory read only after the stream is synchronised.
+                unsafe { result::memcpy_dtoh_async(st.slice(4 * i, 4), word, cu_stream) }
+                    .map_err(driver_err("cuMemcpyDtoHAsync"))?;
+            }
         }
         Ok(())
     }
