@@ -15,7 +15,7 @@ mod with_llvm {
     use smelt_codegen::llvm::kernel::{
         compile_program_kernels, kernel_extent, optimized_kernel_ir, CompiledKernels,
     };
-    use smelt_codegen::llvm::{CpuTarget, JitOptions, MathMode};
+    use smelt_codegen::llvm::{host_target, CpuTarget, JitOptions, MathMode};
     use smelt_ir::{DType, NodeId, UnaryOp};
     use smelt_passes::kernel::*;
 
@@ -79,9 +79,14 @@ mod with_llvm {
 
     impl Unary {
         fn new(op: UnaryOp, n: usize) -> Unary {
+            Unary::for_target(op, n, CpuTarget::Host)
+        }
+
+        fn for_target(op: UnaryOp, n: usize, target: CpuTarget) -> Unary {
             let (kernel, decls) = unary_kernel(op, n);
             let options = JitOptions {
                 math: MathMode::Polynomial,
+                target,
                 ..JitOptions::default()
             };
             let compiled = compile_program_kernels(&[&kernel], &decls, &options).expect("compiles");
@@ -323,5 +328,74 @@ mod with_llvm {
     #[ignore]
     fn erf_is_within_its_bound_for_every_f32() {
         exhaustive(UnaryOp::Erf);
+    }
+
+    /// A host build and a generic one of `op` over `n` elements, where the host has AVX-512F
+    /// (`None` elsewhere, with a note on stderr). The generic build is for x86-64-v3 (AVX2 and
+    /// FMA: the same multiply-adds, `2^q` from exponent bits); the host build must scale with
+    /// `vscalefps` (kernel module `scalef`), checked in its IR.
+    fn host_and_generic(op: UnaryOp, n: usize) -> Option<(Unary, Unary)> {
+        let host = host_target().expect("host target");
+        if !cfg!(target_arch = "x86_64") || !host.features.split(',').any(|f| f == "+avx512f") {
+            eprintln!("skipped: the host has no AVX-512F, so it builds the generic form only");
+            return None;
+        }
+        let fast = Unary::new(op, n);
+        assert!(
+            fast.compiled
+                .module
+                .optimized_ir()
+                .contains("@llvm.x86.avx512.mask.scalef.ps"),
+            "{op}: no vscalefps in the host build"
+        );
+        let generic = CpuTarget::Named {
+            cpu: "x86-64-v3".into(),
+            features: "".into(),
+        };
+        Some((fast, Unary::for_target(op, n, generic)))
+    }
+
+    fn same_bits(op: UnaryOp, fast: &Unary, generic: &Unary, xs: &[f32]) {
+        for chunk in xs.chunks(fast.n) {
+            for ((&x, a), b) in chunk.iter().zip(fast.eval(chunk)).zip(generic.eval(chunk)) {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "{op}({x:e}): {a:e} with vscalefps, {b:e} generic"
+                );
+            }
+        }
+    }
+
+    /// `u·2^q` by `vscalefps` gives the generic form's bits: on the accuracy sample (which
+    /// covers overflow, subnormal results and the branch thresholds), through the vector loop
+    /// and, with a length that is not a multiple of the vector width, its remainder.
+    #[test]
+    fn avx512_scaling_gives_the_generic_bits() {
+        for (op, _, _, dense, thresholds) in CASES {
+            for n in [1 << 16, 1003] {
+                let Some((fast, generic)) = host_and_generic(op, n) else {
+                    return;
+                };
+                same_bits(op, &fast, &generic, &sample(dense, thresholds));
+            }
+        }
+    }
+
+    /// Every f32 input (about a minute per function in release).
+    #[test]
+    #[ignore]
+    fn avx512_scaling_gives_the_generic_bits_for_every_f32() {
+        for (op, ..) in CASES {
+            let n = 1usize << 22;
+            let Some((fast, generic)) = host_and_generic(op, n) else {
+                return;
+            };
+            for batch in 0..(1u64 << 32) / n as u64 {
+                let xs: Vec<f32> = (0..n as u64)
+                    .map(|i| f32::from_bits((batch * n as u64 + i) as u32))
+                    .collect();
+                same_bits(op, &fast, &generic, &xs);
+            }
+        }
     }
 }

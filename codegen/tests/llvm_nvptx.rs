@@ -198,7 +198,7 @@ fn kernel_bodies_are_the_cpu_generators() {
     use smelt_codegen::llvm::inkwell::context::Context;
     use smelt_codegen::llvm::inkwell::targets::TargetData;
     use smelt_codegen::llvm::inkwell::values::AnyValue;
-    use smelt_codegen::llvm::kernel::build_kernel;
+    use smelt_codegen::llvm::kernel::{build_kernel, KernelOptions};
     let opts = options();
     let (mut bodies, mut rewritten_lines) = (0, 0);
     for (what, program) in programs() {
@@ -232,8 +232,10 @@ fn kernel_bodies_are_the_cpu_generators() {
                 k,
                 &program.buffers,
                 &cpu,
-                options().math,
-                None,
+                &KernelOptions {
+                    math: options().math,
+                    ..KernelOptions::default()
+                },
             )
             .expect("CPU build");
             let body = format!("{cpu}.body");

@@ -13,6 +13,9 @@
 //! 3. LLVM's verifier ([`LlvmError::Verify`] with its message);
 //! 4. the new pass manager's `default<On>` pipeline, with loop and SLP vectorisation on, against a
 //!    target machine for the chosen CPU (so the vectoriser's cost model knows the vector width);
+//!    then, where the kernels call functions with vector variants (AVX-512 `vscalefps`, see
+//!    `kernel/scalef.rs`), `always-inline,globaldce` to inline them once the vectoriser has
+//!    picked its variants;
 //! 5. the optimised IR is printed (kept for snapshots and debugging);
 //! 6. MCJIT compiles the module and every defined external function's address is resolved;
 //! 7. the module is taken back from the engine and freed with its context (the engine keeps
@@ -284,6 +287,7 @@ fn prepare(
             pipeline,
             message: e.to_string(),
         })?;
+    super::kernel::inline_after_vectorizing(module, &machine)?;
     super::kernel::mark_streaming_stores(module)?;
     Ok(module.print_to_string().to_string())
 }

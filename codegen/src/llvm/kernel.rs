@@ -55,15 +55,19 @@ mod poly;
 mod reduce;
 mod reuse;
 mod scalar;
+mod scalef;
 mod stream;
 
 use access::check_affine_bounds;
+pub(crate) use scalef::inline_after_vectorizing;
+pub use scalef::Scalef;
 pub(crate) use stream::mark_streaming_stores;
 use stream::{contiguous_store, streams, AlignedStore, STREAMING_ATTR};
 
 use super::error::{LlvmError, Result};
 use super::jit::{compile, optimize, JitModule};
 use super::options::{JitOptions, MathMode};
+use super::target::cpu_and_features;
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
 use inkwell::context::Context;
@@ -151,17 +155,10 @@ pub fn compile_program_kernels(
     options: &JitOptions,
 ) -> Result<CompiledKernels> {
     let entries = entry_names(kernels);
+    let body = KernelOptions::for_jit(options)?;
     let module = compile("smelt_kernels", options, |ctx, module| {
         for (k, name) in kernels.iter().zip(&entries) {
-            build_kernel(
-                ctx,
-                module,
-                k,
-                buffers,
-                name,
-                options.math,
-                options.nontemporal_min_bytes,
-            )?;
+            build_kernel(ctx, module, k, buffers, name, &body)?;
         }
         Ok(())
     })?;
@@ -176,16 +173,9 @@ pub fn optimized_kernel_ir(
     options: &JitOptions,
 ) -> Result<String> {
     let name = entry_names(&[kernel]).remove(0);
+    let body = KernelOptions::for_jit(options)?;
     optimize("smelt_kernel", options, |ctx, module| {
-        build_kernel(
-            ctx,
-            module,
-            kernel,
-            buffers,
-            &name,
-            options.math,
-            options.nontemporal_min_bytes,
-        )
+        build_kernel(ctx, module, kernel, buffers, &name, &body)
     })
 }
 
@@ -207,18 +197,41 @@ pub(crate) fn bad(kernel: &Kernel, message: impl std::fmt::Display) -> LlvmError
     }
 }
 
-/// Adds `void name(i8** args, i64 start, i64 end)` computing `kernel` to `module`, with f32
-/// `exp`/`tanh`/`erf` computed as `math` says, and streaming stores when every buffer it writes
-/// is at least `nontemporal_min_bytes` long (see `stream`; `None` for never, and for targets
-/// other than the host CPU).
+/// How [`build_kernel`] generates a kernel body beyond what the kernel says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOptions {
+    /// How f32 `exp`, `tanh` and `erf` are computed.
+    pub math: MathMode,
+    /// Streaming stores when every buffer a kernel writes is at least this long (see
+    /// `stream`; `None` for never, and for targets other than the host CPU).
+    pub nontemporal_min_bytes: Option<u64>,
+    /// The AVX-512 `vscalefps` forms the polynomials may use (see `scalef`); `Generic` for
+    /// other targets.
+    pub scalef: Scalef,
+}
+
+impl KernelOptions {
+    /// The options a JIT compilation under `options` builds its kernels with: its math mode
+    /// and streaming threshold, and the `vscalefps` forms of its target CPU.
+    pub fn for_jit(options: &JitOptions) -> Result<KernelOptions> {
+        let (_, features) = cpu_and_features(&options.target)?;
+        Ok(KernelOptions {
+            math: options.math,
+            nontemporal_min_bytes: options.nontemporal_min_bytes,
+            scalef: Scalef::for_features(&features),
+        })
+    }
+}
+
+/// Adds `void name(i8** args, i64 start, i64 end)` computing `kernel` to `module`, as
+/// `options` says.
 pub fn build_kernel<'ctx>(
     ctx: &'ctx Context,
     module: &Module<'ctx>,
     kernel: &Kernel,
     buffers: &[BufferDecl],
     name: &str,
-    math: MathMode,
-    nontemporal_min_bytes: Option<u64>,
+    options: &KernelOptions,
 ) -> Result<()> {
     let decls = kernel
         .reads
@@ -278,7 +291,7 @@ pub fn build_kernel<'ctx>(
     call_args.push(param(entry_fn, 1)?.into());
     call_args.push(param(entry_fn, 2)?.into());
     b.build_call(body_fn, &call_args, "")?;
-    let streaming = streams(kernel, buffers, nontemporal_min_bytes);
+    let streaming = streams(kernel, buffers, options.nontemporal_min_bytes);
     if streaming {
         entry_fn.add_attribute(
             AttributeLoc::Function,
@@ -321,7 +334,8 @@ pub fn build_kernel<'ctx>(
         vars: Vec::new(),
         stash: HashMap::new(),
         reuse: HashMap::new(),
-        math,
+        math: options.math,
+        scalef: options.scalef,
         streaming,
         aligned: None,
     };
@@ -414,6 +428,8 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub reuse: HashMap<ValueId, PointerValue<'ctx>>,
     /// How f32 `exp`, `tanh` and `erf` are computed.
     pub math: MathMode,
+    /// The AVX-512 `vscalefps` forms `exp`'s `2^q` may use (see `scalef`).
+    pub scalef: Scalef,
     /// Whether contiguous store loops are peeled for streaming stores (see `stream`).
     pub streaming: bool,
     /// Inside such a loop's aligned part: the store addressed from the aligned pointer.

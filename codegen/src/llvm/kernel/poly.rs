@@ -4,7 +4,8 @@
 //!
 //! - `exp(x)`: `x = q·ln2 + s` (`q = rint(x/ln2)`, Cody–Waite with a two-part `ln2`, `|s| ≤
 //!   ln2/2`), `e^s` by a degree-7 polynomial (SLEEF's `expf` coefficients), times `2^q` built
-//!   from exponent bits in two halves (so that `q = 128` and subnormal results are right).
+//!   from exponent bits in two halves (so that `q = 128` and subnormal results are right), or
+//!   by one `vscalefps` on AVX-512, with the same bits (see `scalef`).
 //! - `tanh(x)`: `|x| < 0.75`: `x + x³·P(x²)` (P of degree 5, fitted for relative error);
 //!   above: `1 - 2/(e^(2|x|) + 1)` with `|x|` clamped to 9.1 (where `tanh` rounds to 1);
 //!   sign restored with `copysign`.
@@ -23,7 +24,7 @@ use super::Emitter;
 use crate::llvm::error::Result;
 #[allow(unused_imports)] // named by the module docs
 use crate::llvm::options::MathMode;
-use inkwell::values::{FloatValue, IntValue};
+use inkwell::values::FloatValue;
 use inkwell::FloatPredicate;
 
 /// `1/ln 2`.
@@ -139,32 +140,18 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(acc)
     }
 
-    /// `2^q` for `-126 ≤ q ≤ 127`, from exponent bits.
-    fn pow2i(&self, q: IntValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        let b = &self.b;
-        let e = b.build_int_add(q, self.i32c(127), "p2.e")?;
-        let e = b.build_left_shift(e, self.i32c(23), "p2.s")?;
-        Ok(b.build_bit_cast(e, self.f32t(), "p2")?.into_float_value())
-    }
-
     /// `e^x` for a non-NaN `|x| ≤ EXP_CLAMP`.
     fn exp_in_range(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
-        let i32t = self.ctx.i32_type();
         let z = b.build_float_mul(x, self.k32(LOG2E), "pe.z")?;
         let q = self.fcall("llvm.rint", z)?;
-        let qi = b.build_float_to_signed_int(q, i32t, "pe.qi")?;
         let s = self.fmuladd(q, self.k32(-L2U), x)?;
         let s = self.fmuladd(q, self.k32(-L2L), s)?;
         let p = self.poly_eval(s, &EXP_P)?;
         let ss = b.build_float_mul(s, s, "pe.ss")?;
         let u = self.fmuladd(ss, p, s)?;
         let u = b.build_float_add(self.k32(1.0), u, "pe.u")?;
-        // u·2^q as u·2^(q>>1)·2^(q - q>>1): each factor is a normal number for |q| ≤ 150.
-        let q1 = b.build_right_shift(qi, self.i32c(1), true, "pe.q1")?;
-        let q2 = b.build_int_sub(qi, q1, "pe.q2")?;
-        let r = b.build_float_mul(u, self.pow2i(q1)?, "pe.r1")?;
-        Ok(b.build_float_mul(r, self.pow2i(q2)?, "pe.r")?)
+        self.scale_pow2(u, q)
     }
 
     /// `exp(x)` for an f32 `x` (see the module docs).

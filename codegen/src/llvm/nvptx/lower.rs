@@ -3,7 +3,7 @@
 
 use super::{launch_for, NvptxIr, NvptxOptions, PtxEntry, PtxModule, BLOCK, STATUS_SYMBOL};
 use crate::llvm::error::{LlvmError, Result};
-use crate::llvm::kernel::{build_kernel, kernel_extent};
+use crate::llvm::kernel::{build_kernel, kernel_extent, KernelOptions};
 use crate::llvm::options::{MathMode, OptLevel};
 use crate::llvm::target::llvm_opt_level;
 use inkwell::context::Context;
@@ -119,7 +119,11 @@ fn build<'ctx>(
             .ok_or_else(|| unsupported("its outer dims", "their product overflows i64"))?;
         // The CPU code generator, unchanged: `<cpu>(i8**, i64, i64)` and `<cpu>.body(..)`.
         let cpu = format!("{entry}.cpu");
-        build_kernel(ctx, &module, k, buffers, &cpu, math, None)?;
+        let body = KernelOptions {
+            math,
+            ..KernelOptions::default()
+        };
+        build_kernel(ctx, &module, k, buffers, &cpu, &body)?;
         let wrapper = module
             .get_function(&cpu)
             .ok_or_else(|| nvptx_err(format!("the CPU generator defined no {cpu}")))?;
