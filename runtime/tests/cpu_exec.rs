@@ -928,6 +928,75 @@ fn split_reductions_are_close_and_deterministic() {
     }
 }
 
+/// A split max or min first combines its 16 lanes without the NaN rule and runs again with
+/// it only where a NaN was seen (`reduce_split`). A NaN anywhere (the first element, inside a
+/// block with larger values after it in its lane, the last element of the last whole block,
+/// the tail) must still give NaN, next to rows without NaN and with infinities and signed
+/// zeros, at lengths with and without a tail, in f32 and f64, on 1 to 3 threads.
+#[test]
+fn split_max_and_min_give_nan_wherever_the_nan_is() {
+    for d in [DType::F32, DType::F64] {
+        for n in [32usize, 33, 128, 301] {
+            let blocks_end = n / 16 * 16;
+            let mut spots = vec![0, 5, 17, blocks_end - 1, n / 2];
+            if blocks_end < n {
+                spots.extend([blocks_end, n - 1]);
+            }
+            // One NaN row per spot, then rows without NaN: plain, with ±inf, with ±0 only.
+            let rows = spots.len() + 3;
+            let mut v = floats(rows * n, 17, 4.0, false);
+            for (r, &at) in spots.iter().enumerate() {
+                // Larger and smaller values than anything else after the NaN, in its lane.
+                for j in (at + 16..n).step_by(16) {
+                    v[r * n + j] = if j % 32 == 0 { 9.0 } else { -9.0 };
+                }
+                v[r * n + at] = f64::NAN;
+            }
+            let inf_row = spots.len() + 1;
+            v[inf_row * n + 3] = f64::INFINITY;
+            v[inf_row * n + n - 2] = f64::NEG_INFINITY;
+            let zero_row = spots.len() + 2;
+            for j in 0..n {
+                v[zero_row * n + j] = if j % 3 == 0 { -0.0 } else { 0.0 };
+            }
+            for (combiner, rop) in [
+                (Combiner::Max, ReduceOp::Max),
+                (Combiner::Min, ReduceOp::Min),
+            ] {
+                let mut p = P::default();
+                let x = p.input("x", d, rows * n);
+                let o = p.temp(d, rows);
+                let mut b1 = Body::default();
+                let xv = b1.load(d, x, 0, &[n as i64, 1]);
+                let res = b1.fresh();
+                let b2 = Body::after(&b1);
+                let st1 = b1.reduce_stage(&[n], xv, combiner, d, res);
+                let st2 = b2.store_stage(&[], vec![(o, affine(0, &[1]), res)]);
+                p.kernel(kernel("k_red", &[x], &[o], &[rows], vec![st1, st2]));
+                p.output("y", o);
+                let prog = p.build();
+                let mut g = Graph::new();
+                let gx = g.input("x", d, [rows, n].as_slice()).unwrap();
+                let gr = g.reduce(rop, gx, &[1], false).unwrap();
+                g.set_output("y", gr).unwrap();
+                let inputs = bind(&[("x", &tensor(d, &[rows, n], &v))]);
+                let want = eval(&g, &inputs).unwrap();
+                let base = run(&prog, &inputs, 1);
+                let what = format!("{rop:?} {d} n {n}");
+                check_bits(&what, &base[0], &want[0].1).unwrap();
+                for r in 0..rows {
+                    let nan = base[0].data().get_f64(r).is_nan();
+                    assert_eq!(nan, r < spots.len(), "{what}: row {r}");
+                }
+                for threads in [2, 3] {
+                    let got = run(&prog, &inputs, threads);
+                    assert_eq!(got[0].data().to_le_bytes(), base[0].data().to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
 /// Every f32 input (2^32 of them, in batches): with [`MathMode::Libm`] the inline `exp` is the
 /// C library's `expf` bit for bit (any NaN matches any NaN). Slow: `cargo test --release --
 /// --ignored`.

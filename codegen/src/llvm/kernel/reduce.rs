@@ -312,8 +312,13 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// elements runs the body in a lane loop (which the loop vectoriser widens) that stores the
     /// values into a scratch array; the block then combines the scratch, loaded as one vector,
     /// into the accumulator vector with the combiner's vector form, so the accumulators stay
-    /// in registers and the chain from block to block is one vector operation. Emits the body
-    /// once per element; returns the result.
+    /// in registers and the chain from block to block is one vector operation. Returns the
+    /// result.
+    ///
+    /// A max or min first runs without its NaN rule (one `maxps`/`minps` per block, half the
+    /// chain) while noting whether any value was NaN; only then does it run again with the
+    /// rule. Without NaN the two forms give the same bits, so the result never depends on
+    /// which one ran.
     pub(crate) fn reduce_split(
         &mut self,
         body: &[Inst],
@@ -336,13 +341,75 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             let at = i32t.const_int(l as u64, false);
             splat = self.b.build_insert_element(splat, identity, at, "idv")?;
         }
-        self.b.build_store(accv, splat)?;
-        let depth = self.vars.len();
-        let blocks = (n / LANES) as i64;
+        let split = Split {
+            body,
+            value,
+            combiner,
+            acc,
+            blocks: (n / LANES) as i64,
+            depth: self.vars.len(),
+            scratch,
+            accv,
+            splat,
+            align,
+        };
+        if matches!(combiner, Combiner::Max | Combiner::Min) {
+            // The NaN seen so far, per lane.
+            let mask_t = self.ctx.bool_type().vec_type(LANES as u32);
+            let seen = self.entry_alloca(mask_t.into(), "nanseen")?;
+            self.b.build_store(seen, mask_t.const_zero())?;
+            self.split_blocks(&split, Some(seen))?;
+            let seen_v = self.b.build_load(seen, "nanv")?.into_vector_value();
+            // One bit per lane (`LANES` is 16).
+            const _: () = assert!(LANES == 16);
+            let i16t = self.ctx.i16_type();
+            let bits = self
+                .b
+                .build_bit_cast(seen_v, i16t, "nanbits")?
+                .into_int_value();
+            let any =
+                self.b
+                    .build_int_compare(IntPredicate::NE, bits, i16t.const_zero(), "anynan")?;
+            let (with_nan, done) = (self.block("split.nan"), self.block("split.done"));
+            let fast = self.block("split.fast");
+            self.b.build_conditional_branch(any, with_nan, fast)?;
+            self.b.position_at_end(fast);
+            self.split_tree(&split, init.slot, false)?;
+            self.b.build_unconditional_branch(done)?;
+            self.b.position_at_end(with_nan);
+            self.split_blocks(&split, None)?;
+            self.split_tree(&split, init.slot, true)?;
+            self.b.build_unconditional_branch(done)?;
+            self.b.position_at_end(done);
+        } else {
+            self.split_blocks(&split, None)?;
+            self.split_tree(&split, init.slot, true)?;
+        }
+        let depth = split.depth;
+        let tail_start = self.i64c(split.blocks * LANES as i64);
+        self.counted_loop(tail_start, self.i64c(n as i64), "tail", |em, i| {
+            em.vars.truncate(depth);
+            em.vars.push(i);
+            em.body(body)?;
+            em.reduce_step(&init)
+        })?;
+        self.vars.truncate(depth);
+        self.reduce_end(&init)
+    }
+
+    /// The blocks of a split reduction into its accumulator vector (reset to the identity
+    /// first). With `nan_seen`, a max or min combines without its NaN rule and ORs each
+    /// block's NaN lanes into that `<LANES x i1>` slot instead.
+    fn split_blocks(
+        &mut self,
+        s: &Split<'_, 'ctx>,
+        nan_seen: Option<PointerValue<'ctx>>,
+    ) -> Result<()> {
+        self.b.build_store(s.accv, s.splat)?;
         let width = self.i64c(LANES as i64);
         self.counted_loop_hinted(
             self.i64c(0),
-            self.i64c(blocks),
+            self.i64c(s.blocks),
             "blk",
             NO_UNROLL,
             |em, blk| {
@@ -350,22 +417,45 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 em.counted_loop_hinted(em.i64c(0), width, "ln", NO_UNROLL, |em, l| {
                     let i = em.b.build_int_nsw_add(base, l, "li")?;
                     // `l < LANES`, the scratch's length.
-                    em.body_to_scratch(body, value, acc, depth, i, scratch, l)
+                    em.body_to_scratch(s.body, s.value, s.acc, s.depth, i, s.scratch, l)
                 })?;
                 let vp =
-                    em.b.build_bit_cast(scratch, vec_t.ptr_type(Default::default()), "lanesv")?
-                        .into_pointer_value();
+                    em.b.build_bit_cast(
+                        s.scratch,
+                        s.splat.get_type().ptr_type(Default::default()),
+                        "lanesv",
+                    )?
+                    .into_pointer_value();
                 let v = em.b.build_load(vp, "blkv")?;
-                set_alignment(v, align)?;
-                let cur = em.b.build_load(accv, "accc")?.into_vector_value();
-                let nv = em.combine_vector(combiner, cur, v.into_vector_value())?;
-                em.b.build_store(accv, nv)?;
+                set_alignment(v, s.align)?;
+                let v = v.into_vector_value();
+                let cur = em.b.build_load(s.accv, "accc")?.into_vector_value();
+                let nv = em.combine_vector(s.combiner, cur, v, nan_seen.is_none())?;
+                em.b.build_store(s.accv, nv)?;
+                if let Some(seen) = nan_seen {
+                    let nan =
+                        em.b.build_float_compare(FloatPredicate::UNO, v, v, "bnan")?;
+                    let old = em.b.build_load(seen, "seen")?.into_vector_value();
+                    em.b.build_store(seen, em.b.build_or(old, nan, "seen1")?)?;
+                }
                 Ok(())
             },
         )?;
-        self.vars.truncate(depth);
-        // The halving tree on vectors: lanes `0..h` combined with lanes `h..2h`.
-        let mut lanes = self.b.build_load(accv, "accf")?.into_vector_value();
+        self.vars.truncate(s.depth);
+        Ok(())
+    }
+
+    /// The halving tree of a split reduction's accumulator vector (lanes `0..h` combined with
+    /// lanes `h..2h`), its lane 0 stored at `slot`; `nan_rule` as in
+    /// [`Emitter::combine_vector`].
+    fn split_tree(
+        &mut self,
+        s: &Split<'_, 'ctx>,
+        slot: PointerValue<'ctx>,
+        nan_rule: bool,
+    ) -> Result<()> {
+        let i32t = self.ctx.i32_type();
+        let mut lanes = self.b.build_load(s.accv, "accf")?.into_vector_value();
         let mut h = LANES / 2;
         while h > 0 {
             let half = |from: usize| {
@@ -378,32 +468,27 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             let undef = lanes.get_type().get_undef();
             let lo = self.b.build_shuffle_vector(lanes, undef, half(0), "tlo")?;
             let hi = self.b.build_shuffle_vector(lanes, undef, half(h), "thi")?;
-            lanes = self.combine_vector(combiner, lo, hi)?;
+            lanes = self.combine_vector(s.combiner, lo, hi, nan_rule)?;
             h /= 2;
         }
         let first = self
             .b
             .build_extract_element(lanes, i32t.const_zero(), "tree")?;
-        self.b.build_store(init.slot, first)?;
-        let tail_start = self.i64c(blocks * LANES as i64);
-        self.counted_loop(tail_start, self.i64c(n as i64), "tail", |em, i| {
-            em.vars.truncate(depth);
-            em.vars.push(i);
-            em.body(body)?;
-            em.reduce_step(&init)
-        })?;
-        self.vars.truncate(depth);
-        self.reduce_end(&init)
+        self.b.build_store(slot, first)?;
+        Ok(())
     }
 
     /// `combiner(acc, x)` lane by lane on float vectors: the same operations, in the same
     /// order, as [`Emitter::combine`]'s scalar form (`scalar::float_binary`), so each lane
-    /// rounds exactly as the scalar code would.
+    /// rounds exactly as the scalar code would. Without `nan_rule`, a max or min leaves out
+    /// the NaN rule (a NaN operand giving NaN): right, bit for bit, when neither operand is
+    /// NaN.
     fn combine_vector(
         &self,
         combiner: Combiner,
         acc: VectorValue<'ctx>,
         x: VectorValue<'ctx>,
+        nan_rule: bool,
     ) -> Result<VectorValue<'ctx>> {
         use FloatPredicate as F;
         let b = &self.b;
@@ -418,6 +503,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 };
                 let better = b.build_float_compare(pred, acc, x, "vbt")?;
                 let m = b.build_select(better, acc, x, "vm")?.into_vector_value();
+                if !nan_rule {
+                    return Ok(m);
+                }
                 let uno = b.build_float_compare(F::UNO, acc, x, "vuno")?;
                 let nan = b.build_float_add(acc, x, "vnan")?;
                 b.build_select(uno, nan, m, "vmm")?.into_vector_value()
@@ -451,4 +539,23 @@ fn set_alignment<'ctx>(v: impl BasicValue<'ctx>, align: u32) -> Result<()> {
             })?;
     }
     Ok(())
+}
+
+/// What the passes of a split reduction share (see [`Emitter::reduce_split`]).
+struct Split<'b, 'ctx> {
+    body: &'b [Inst],
+    value: ValueId,
+    combiner: Combiner,
+    acc: DType,
+    /// Whole blocks of `LANES` elements.
+    blocks: i64,
+    /// Loop variables outside the reduced dim.
+    depth: usize,
+    /// `[LANES x T]`: one block's values.
+    scratch: PointerValue<'ctx>,
+    /// `<LANES x T>`: the partial accumulators.
+    accv: PointerValue<'ctx>,
+    /// The identity in every lane.
+    splat: VectorValue<'ctx>,
+    align: u32,
 }
