@@ -13,6 +13,11 @@
 //! depends only on the stage's shape, never on the chunking or the target, so results stay
 //! bitwise identical across thread counts and machines.
 //!
+//! A split max or min runs its blocks without the NaN rule first (a plain compare-and-select,
+//! one `maxps`/`minps`, where the rule doubles the chain from block to block), noting NaN lanes
+//! on the side, and runs them again with the rule only if it saw one. Without NaN both give
+//! the same bits.
+//!
 //! # Staged short reductions
 //!
 //! A float sum, product, max or min over one inner dim of `2 ≤ n < 2 * LANES` elements whose
