@@ -880,6 +880,33 @@ fn inline_exp_and_erf_match_the_interpreter() {
     }
 }
 
+/// `combiner` over each row of a `rows x n` input: a one-kernel program, and the graph the
+/// interpreter evaluates (`rop`).
+fn row_reduction(
+    d: DType,
+    rows: usize,
+    n: usize,
+    combiner: Combiner,
+    rop: ReduceOp,
+) -> (Program, Graph) {
+    let mut p = P::default();
+    let x = p.input("x", d, rows * n);
+    let o = p.temp(d, rows);
+    let mut b1 = Body::default();
+    let v = b1.load(d, x, 0, &[n as i64, 1]);
+    let res = b1.fresh();
+    let b2 = Body::after(&b1);
+    let st1 = b1.reduce_stage(&[n], v, combiner, d, res);
+    let st2 = b2.store_stage(&[], vec![(o, affine(0, &[1]), res)]);
+    p.kernel(kernel("k_red", &[x], &[o], &[rows], vec![st1, st2]));
+    p.output("y", o);
+    let mut g = Graph::new();
+    let gx = g.input("x", d, [rows, n].as_slice()).unwrap();
+    let gr = g.reduce(rop, gx, &[1], false).unwrap();
+    g.set_output("y", gr).unwrap();
+    (p.build(), g)
+}
+
 /// Float reductions over long rows are split into 16 lanes (a fixed order): close to the
 /// interpreter's f64 sums, and bitwise identical across thread counts and runs.
 #[test]
@@ -892,22 +919,7 @@ fn split_reductions_are_close_and_deterministic() {
         (Combiner::Min, ReduceOp::Min),
         (Combiner::Prod, ReduceOp::Prod),
     ] {
-        let mut p = P::default();
-        let x = p.input("x", d, rows * n);
-        let o = p.temp(d, rows);
-        let mut b1 = Body::default();
-        let v = b1.load(d, x, 0, &[n as i64, 1]);
-        let res = b1.fresh();
-        let b2 = Body::after(&b1);
-        let st1 = b1.reduce_stage(&[n], v, combiner, d, res);
-        let st2 = b2.store_stage(&[], vec![(o, affine(0, &[1]), res)]);
-        p.kernel(kernel("k_red", &[x], &[o], &[rows], vec![st1, st2]));
-        p.output("y", o);
-        let prog = p.build();
-        let mut g = Graph::new();
-        let gx = g.input("x", d, [rows, n].as_slice()).unwrap();
-        let gr = g.reduce(rop, gx, &[1], false).unwrap();
-        g.set_output("y", gr).unwrap();
+        let (prog, g) = row_reduction(d, rows, n, combiner, rop);
         let scale = if combiner == Combiner::Prod { 1.0 } else { 5.0 };
         let mut xs = floats(rows * n, 40, scale, false);
         if combiner == Combiner::Prod {
@@ -963,22 +975,7 @@ fn split_max_and_min_give_nan_wherever_the_nan_is() {
                 (Combiner::Max, ReduceOp::Max),
                 (Combiner::Min, ReduceOp::Min),
             ] {
-                let mut p = P::default();
-                let x = p.input("x", d, rows * n);
-                let o = p.temp(d, rows);
-                let mut b1 = Body::default();
-                let xv = b1.load(d, x, 0, &[n as i64, 1]);
-                let res = b1.fresh();
-                let b2 = Body::after(&b1);
-                let st1 = b1.reduce_stage(&[n], xv, combiner, d, res);
-                let st2 = b2.store_stage(&[], vec![(o, affine(0, &[1]), res)]);
-                p.kernel(kernel("k_red", &[x], &[o], &[rows], vec![st1, st2]));
-                p.output("y", o);
-                let prog = p.build();
-                let mut g = Graph::new();
-                let gx = g.input("x", d, [rows, n].as_slice()).unwrap();
-                let gr = g.reduce(rop, gx, &[1], false).unwrap();
-                g.set_output("y", gr).unwrap();
+                let (prog, g) = row_reduction(d, rows, n, combiner, rop);
                 let inputs = bind(&[("x", &tensor(d, &[rows, n], &v))]);
                 let want = eval(&g, &inputs).unwrap();
                 let base = run(&prog, &inputs, 1);

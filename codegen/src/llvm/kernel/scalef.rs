@@ -14,7 +14,8 @@
 //! Results are the same bits as the generic form: `vscalefps` computes `u·2^q` for integral
 //! `q` with one rounding, and so does the generic form, whose first factor `u·2^(q>>1)` is
 //! exact (a normal number for `|q| ≤ 150`), leaving only the second multiply to round.
-//! `codegen/tests/llvm_math.rs` checks it against the generic build on every input class.
+//! `codegen/tests/llvm_math.rs` checks the kernels against the generic build on every input
+//! class, and this module's test each vector variant against the scalar function.
 
 use super::{declare, Emitter};
 use crate::llvm::error::{LlvmError, Result};
@@ -24,7 +25,8 @@ use inkwell::context::Context;
 use inkwell::module::{Linkage, Module};
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::TargetMachine;
-use inkwell::values::{FloatValue, FunctionValue, IntValue};
+use inkwell::types::FunctionType;
+use inkwell::values::{BasicValueEnum, FloatValue, FunctionValue, IntValue};
 
 /// The function attribute marking the scalar function and its vector variants, which
 /// [`inline_after_vectorizing`] inlines once the loop vectoriser has run.
@@ -101,6 +103,36 @@ fn enum_attr(ctx: &Context, name: &str) -> Attribute {
     ctx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0)
 }
 
+/// An empty function `name` of type `ty` in `module`, marked [`INLINE_LATER`] with the
+/// attributes `attrs`, and a builder at its entry.
+fn marked_function<'ctx>(
+    ctx: &'ctx Context,
+    module: &Module<'ctx>,
+    name: &str,
+    ty: FunctionType<'ctx>,
+    linkage: Option<Linkage>,
+    attrs: &[&str],
+) -> (FunctionValue<'ctx>, Builder<'ctx>) {
+    let f = module.add_function(name, ty, linkage);
+    for a in attrs {
+        f.add_attribute(AttributeLoc::Function, enum_attr(ctx, a));
+    }
+    f.add_attribute(
+        AttributeLoc::Function,
+        ctx.create_string_attribute(INLINE_LATER, ""),
+    );
+    let b = ctx.create_builder();
+    b.position_at_end(ctx.append_basic_block(f, "entry"));
+    (f, b)
+}
+
+/// Parameter `i` of `f`.
+fn param<'ctx>(f: FunctionValue<'ctx>, i: u32) -> Result<BasicValueEnum<'ctx>> {
+    f.get_nth_param(i).ok_or_else(|| LlvmError::Build {
+        message: format!("{} has no parameter {i}", f.get_name().to_string_lossy()),
+    })
+}
+
 /// The vector variant of `lanes` lanes, defined in `module` if it is not there yet.
 fn define_variant<'ctx>(
     ctx: &'ctx Context,
@@ -113,24 +145,15 @@ fn define_variant<'ctx>(
     }
     let vt = ctx.f32_type().vec_type(lanes);
     // External until inlined, so that no pass drops it while nothing calls it yet.
-    let f = module.add_function(&name, vt.fn_type(&[vt.into(), vt.into()], false), None);
-    for a in ["alwaysinline", "nounwind", "readnone", "willreturn"] {
-        f.add_attribute(AttributeLoc::Function, enum_attr(ctx, a));
-    }
-    f.add_attribute(
-        AttributeLoc::Function,
-        ctx.create_string_attribute(INLINE_LATER, ""),
+    let (f, b) = marked_function(
+        ctx,
+        module,
+        &name,
+        vt.fn_type(&[vt.into(), vt.into()], false),
+        None,
+        &["alwaysinline", "nounwind", "readnone", "willreturn"],
     );
-    let b = ctx.create_builder();
-    b.position_at_end(ctx.append_basic_block(f, "entry"));
-    let param = |i| {
-        f.get_nth_param(i)
-            .map(|p| p.into())
-            .ok_or_else(|| LlvmError::Build {
-                message: format!("{name} has no parameter {i}"),
-            })
-    };
-    let (u, q) = (param(0)?, param(1)?);
+    let (u, q) = (param(f, 0)?.into(), param(f, 1)?.into());
     // `vscalefps` with all lanes on (`undef` pass-through); the 512-bit form also takes the
     // rounding control, 4 = the current mode (MXCSR).
     let r = if lanes == 16 {
@@ -188,29 +211,21 @@ fn define_scalar<'ctx>(
         return Ok(f);
     }
     let f32t = ctx.f32_type();
-    let f = module.add_function(
+    // `noinline` until the vectoriser has seen the calls; then `inline_after_vectorizing`.
+    let (f, b) = marked_function(
+        ctx,
+        module,
         SCALAR,
         f32t.fn_type(&[f32t.into(), f32t.into()], false),
         Some(Linkage::Internal),
+        &["noinline", "nounwind", "readnone", "willreturn"],
     );
-    // `noinline` until the vectoriser has seen the calls; then `inline_after_vectorizing`.
-    for a in ["noinline", "nounwind", "readnone", "willreturn"] {
-        f.add_attribute(AttributeLoc::Function, enum_attr(ctx, a));
-    }
-    f.add_attribute(
-        AttributeLoc::Function,
-        ctx.create_string_attribute(INLINE_LATER, ""),
-    );
-    let b = ctx.create_builder();
-    b.position_at_end(ctx.append_basic_block(f, "entry"));
-    let param = |i| {
-        f.get_nth_param(i)
-            .map(|p| p.into_float_value())
-            .ok_or_else(|| LlvmError::Build {
-                message: format!("{SCALAR} has no parameter {i}"),
-            })
-    };
-    let r = generic(ctx, &b, param(0)?, param(1)?)?;
+    let r = generic(
+        ctx,
+        &b,
+        param(f, 0)?.into_float_value(),
+        param(f, 1)?.into_float_value(),
+    )?;
     b.build_return(Some(&r))?;
     for &lanes in widths {
         define_variant(ctx, module, lanes)?;
@@ -280,4 +295,119 @@ pub(crate) fn inline_after_vectorizing(module: &Module<'_>, machine: &TargetMach
             pipeline: pipeline.to_string(),
             message: e.to_string(),
         })
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::llvm::{compile, JitOptions};
+    use inkwell::types::BasicType;
+    use inkwell::values::BasicValue;
+    use inkwell::AddressSpace;
+
+    /// Each vector variant (4, 8 and 16 lanes, called directly, since which width the loop
+    /// vectoriser picks is up to it) gives the generic scalar form's bits, over mantissas
+    /// across `[0.5, 2)` and every exponent step from `2^-150` to `2^150`: normal, subnormal,
+    /// zero and infinite results.
+    #[test]
+    fn every_variant_gives_the_generic_bits() {
+        if !is_x86_feature_detected!("avx512f") || !is_x86_feature_detected!("avx512vl") {
+            eprintln!("skipped: the host has no AVX-512F and VL");
+            return;
+        }
+        let widths = [1u32, 4, 8, 16];
+        let module = compile("scalef_variants", &JitOptions::default(), |ctx, module| {
+            let scalar = define_scalar(ctx, module, &[4, 8, 16])?;
+            let p = ctx.f32_type().ptr_type(AddressSpace::default());
+            for lanes in widths {
+                // `void scale<lanes>(float* u, float* q, float* out)`: one call of the variant.
+                let f = module.add_function(
+                    &format!("scale{lanes}"),
+                    ctx.void_type()
+                        .fn_type(&[p.into(), p.into(), p.into()], false),
+                    None,
+                );
+                let b = ctx.create_builder();
+                b.position_at_end(ctx.append_basic_block(f, "entry"));
+                let callee = if lanes == 1 {
+                    scalar
+                } else {
+                    define_variant(ctx, module, lanes)?
+                };
+                let ty = callee
+                    .get_type()
+                    .get_return_type()
+                    .expect("returns a value");
+                let at = |i: u32| -> Result<_> {
+                    let ptr = param(f, i)?.into_pointer_value();
+                    let to = ty.as_basic_type_enum().ptr_type(AddressSpace::default());
+                    Ok(b.build_pointer_cast(ptr, to, "p")?)
+                };
+                // Vec<f32> chunks: 4-byte aligned only.
+                let aligned4 = |v: inkwell::values::InstructionValue| {
+                    v.set_alignment(4).map_err(|e| LlvmError::Build {
+                        message: e.to_string(),
+                    })
+                };
+                let u = b.build_load(at(0)?, "u")?;
+                let q = b.build_load(at(1)?, "q")?;
+                for v in [u, q] {
+                    aligned4(v.as_instruction_value().expect("a load"))?;
+                }
+                let r = b.build_call(callee, &[u.into(), q.into()], "r")?;
+                let r = r.try_as_basic_value().basic().expect("a value");
+                aligned4(b.build_store(at(2)?, r)?)?;
+                b.build_return(None)?;
+            }
+            Ok(())
+        })
+        .expect("compiles");
+        type F = unsafe extern "C" fn(*const f32, *const f32, *mut f32);
+        let run = |lanes: u32, u: &[f32], q: &[f32]| -> Vec<f32> {
+            // SAFETY: `scale<lanes>` has this signature (built above).
+            let f: F = unsafe { module.function(&format!("scale{lanes}")) }.expect("entry");
+            let mut out = vec![0f32; u.len()];
+            for ((u, q), o) in u
+                .chunks(lanes as usize)
+                .zip(q.chunks(lanes as usize))
+                .zip(out.chunks_mut(lanes as usize))
+            {
+                // SAFETY: each chunk holds `lanes` elements, as the function reads and writes.
+                unsafe { f(u.as_ptr(), q.as_ptr(), o.as_mut_ptr()) };
+            }
+            out
+        };
+        let mut u = Vec::new();
+        let mut q = Vec::new();
+        for e in -150i32..=150 {
+            for m in 0..32u32 {
+                // Mantissas spread over [0.5, 2), both ends included.
+                u.push(0.5 + 1.5 * m as f32 / 31.0 - if m == 31 { f32::EPSILON } else { 0.0 });
+                q.push(e as f32);
+            }
+        }
+        while u.len() % 16 != 0 {
+            u.push(1.0);
+            q.push(0.0);
+        }
+        let want = run(1, &u, &q);
+        assert!(want
+            .iter()
+            .any(|x| *x != 0.0 && !x.is_normal() && x.is_finite()));
+        assert!(want.iter().any(|x| x.is_infinite()) && want.contains(&0.0));
+        for lanes in [4, 8, 16] {
+            let got = run(lanes, &u, &q);
+            for i in 0..u.len() {
+                assert_eq!(
+                    got[i].to_bits(),
+                    want[i].to_bits(),
+                    "{lanes} lanes: {} * 2^{} = {:e}, generic {:e}",
+                    u[i],
+                    q[i],
+                    got[i],
+                    want[i]
+                );
+            }
+        }
+    }
 }
