@@ -289,6 +289,48 @@ mod with_llvm {
         }
     }
 
+    /// Named AVX-512 targets (with and without VL) build the `vscalefps` form, and no
+    /// `smelt.scalef` helper survives optimisation; targets without AVX-512F, including one
+    /// whose feature string turns it off again, build the generic form. Only IR is built, so
+    /// this runs on any x86-64 host.
+    #[test]
+    fn avx512_targets_build_vscalefps_and_others_do_not() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let cases = [
+            ("skylake-avx512", "+avx512f,+avx512vl", true),
+            ("skylake-avx512", "+avx512f,-avx512vl", true),
+            ("skylake-avx512", "+avx512f,+avx512vl,-avx512f", false),
+            ("x86-64-v3", "", false),
+        ];
+        for (cpu, features, scalef) in cases {
+            let options = JitOptions {
+                target: CpuTarget::Named {
+                    cpu: cpu.into(),
+                    features: features.into(),
+                },
+                math: MathMode::Polynomial,
+                ..JitOptions::default()
+            };
+            for op in [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Erf, UnaryOp::Sigmoid] {
+                let (k, decls) = unary_kernel(op, 1024);
+                let ir = optimized_kernel_ir(&k, &decls, &options).unwrap();
+                let what = format!("{op} for {cpu} {features:?}");
+                assert_eq!(
+                    ir.contains("@llvm.x86.avx512.mask.scalef.ps"),
+                    scalef,
+                    "{what}:\n{ir}"
+                );
+                assert!(
+                    !ir.contains("smelt.scalef"),
+                    "{what}: a helper survived:\n{ir}"
+                );
+                assert!(ir.contains("x float>"), "{what}: not vectorised:\n{ir}");
+            }
+        }
+    }
+
     /// Every f32 input. Slow (about a minute per function in release):
     /// `cargo test --release -p smelt-codegen --test llvm_math -- --ignored`.
     fn exhaustive(op: UnaryOp) {

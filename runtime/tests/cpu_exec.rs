@@ -11,7 +11,7 @@ mod cpu_exec_support;
 use cpu_exec_support::*;
 use smelt_codegen::llvm::MathMode;
 use smelt_ir::interp::eval;
-use smelt_ir::{BinaryOp, DType, Graph, HostTensor, ReduceOp, Scalar, Shape, UnaryOp};
+use smelt_ir::{BinaryOp, DType, Graph, HostTensor, ReduceOp, Scalar, Shape, TensorData, UnaryOp};
 use smelt_passes::kernel::*;
 use smelt_runtime::cpu::{CpuError, CpuOptions, CpuProgram};
 use std::collections::HashMap;
@@ -958,7 +958,8 @@ fn split_max_and_min_give_nan_wherever_the_nan_is() {
             let rows = spots.len() + 3;
             let mut v = floats(rows * n, 17, 4.0, false);
             for (r, &at) in spots.iter().enumerate() {
-                // Larger and smaller values than anything else after the NaN, in its lane.
+                // Values after the NaN in its lane (9 above everything else, -9 below), which
+                // would replace it without the NaN rule.
                 for j in (at + 16..n).step_by(16) {
                     v[r * n + j] = if j % 32 == 0 { 9.0 } else { -9.0 };
                 }
@@ -988,6 +989,124 @@ fn split_max_and_min_give_nan_wherever_the_nan_is() {
                 for threads in [2, 3] {
                     let got = run(&prog, &inputs, threads);
                     assert_eq!(got[0].data().to_le_bytes(), base[0].data().to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// The kernels' in-order max/min, element by element: `acc > x ? acc : x` (`<` for min), and
+/// `acc + x` (a NaN) when either is NaN. Which NaN payload an addition of two NaNs keeps is
+/// LLVM's choice (it may swap the operands), so callers compare NaN as NaN.
+fn in_order_extreme<T>(xs: &[T], identity: T, max: bool) -> T
+where
+    T: Copy + PartialOrd + std::ops::Add<Output = T>,
+{
+    #[allow(clippy::eq_op)] // NaN test
+    let nan = |v: T| v != v;
+    xs.iter().fold(identity, |acc, &x| {
+        if nan(acc) || nan(x) {
+            acc + x
+        } else if (max && acc > x) || (!max && acc < x) {
+            acc
+        } else {
+            x
+        }
+    })
+}
+
+/// `v`'s bits, every NaN as one (f32 values widened exactly, so ±0 keep their sign).
+fn canonical_nan(v: f64) -> u64 {
+    if v.is_nan() {
+        f64::NAN.to_bits()
+    } else {
+        v.to_bits()
+    }
+}
+
+/// A max or min over rows shorter than 32 runs a vector tree first and keeps its result only
+/// where no value is NaN and the result is not zero (`staged_extreme`); elsewhere the
+/// in-order fold decides. Every row must have the in-order fold's bits (any NaN matching any
+/// NaN): NaN (also two of them), ±0 ties, infinities, at every length from 2 to 31, in f32
+/// and f64, on 1 and 3 threads.
+#[test]
+fn short_max_and_min_rows_are_the_in_order_fold_bit_for_bit() {
+    let specials = |n: usize, r: usize, v: &mut [f64]| {
+        let row = &mut v[r * n..(r + 1) * n];
+        match r {
+            1 => row[0] = f64::NAN,
+            2 => row[n / 2] = f64::NAN,
+            3 => row[n - 1] = f64::NAN,
+            4 => row.iter_mut().enumerate().for_each(|(j, x)| {
+                *x = if j % 3 == 1 { 0.0 } else { -0.0 };
+            }),
+            5 => row.iter_mut().enumerate().for_each(|(j, x)| {
+                *x = if j % 2 == 0 { -1.0 - j as f64 } else { 0.0 };
+            }),
+            6 => row.iter_mut().for_each(|x| *x = f64::NEG_INFINITY),
+            7 => row[n / 3] = f64::INFINITY,
+            8 => row.iter_mut().enumerate().for_each(|(j, x)| {
+                *x = if j % 2 == 0 { 1.0 + j as f64 } else { -0.0 };
+            }),
+            _ => {}
+        }
+    };
+    let rows = 10;
+    for n in 2..32 {
+        let mut v = floats(rows * n, n as u64, 3.0, false);
+        for r in 0..rows {
+            specials(n, r, &mut v);
+        }
+        // Row 9: two NaNs with different payloads.
+        let mut f32s: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        f32s[9 * n] = f32::from_bits(0x7fc0_0001);
+        f32s[9 * n + n - 1] = f32::from_bits(0xffc0_0002);
+        let mut f64s = v.clone();
+        f64s[9 * n] = f64::from_bits(0x7ff8_0000_0000_0001);
+        f64s[9 * n + n - 1] = f64::from_bits(0xfff8_0000_0000_0002);
+        for (combiner, rop) in [
+            (Combiner::Max, ReduceOp::Max),
+            (Combiner::Min, ReduceOp::Min),
+        ] {
+            let max = combiner == Combiner::Max;
+            for d in [DType::F32, DType::F64] {
+                let (x, want): (HostTensor, Vec<u64>) = if d == DType::F32 {
+                    let id = if max {
+                        f32::NEG_INFINITY
+                    } else {
+                        f32::INFINITY
+                    };
+                    let want = f32s
+                        .chunks(n)
+                        .map(|row| canonical_nan(in_order_extreme(row, id, max) as f64))
+                        .collect();
+                    (
+                        HostTensor::from_f32([rows, n].as_slice(), f32s.clone()).unwrap(),
+                        want,
+                    )
+                } else {
+                    let id = if max {
+                        f64::NEG_INFINITY
+                    } else {
+                        f64::INFINITY
+                    };
+                    let want = f64s
+                        .chunks(n)
+                        .map(|row| canonical_nan(in_order_extreme(row, id, max)))
+                        .collect();
+                    let t = HostTensor::new([rows, n].as_slice(), TensorData::F64(f64s.clone()));
+                    (t.unwrap(), want)
+                };
+                let (prog, _) = row_reduction(d, rows, n, combiner, rop);
+                let inputs = bind(&[("x", &x)]);
+                for threads in [1, 3] {
+                    let got = run(&prog, &inputs, threads);
+                    let got: Vec<u64> = match got[0].data() {
+                        TensorData::F32(g) => g.iter().map(|&v| canonical_nan(v as f64)).collect(),
+                        TensorData::F64(g) => g.iter().map(|&v| canonical_nan(v)).collect(),
+                        other => panic!("{other:?}"),
+                    };
+                    assert_eq!(got, want, "{rop:?} {d} n {n} {threads} threads");
                 }
             }
         }

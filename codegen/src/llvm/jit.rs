@@ -138,7 +138,8 @@ impl JitModule {
 ///
 /// `build` receives a fresh context and an empty module named `name`; it adds functions with
 /// the inkwell builder. Every function it defines with external linkage can be looked up in the
-/// result.
+/// result, except the kernels' `smelt.scalef.*` helpers (`kernel/scalef.rs`), which are
+/// inlined and dropped during optimisation.
 pub fn compile<F>(name: &str, options: &JitOptions, build: F) -> Result<JitModule>
 where
     F: for<'ctx> FnOnce(&'ctx Context, &Module<'ctx>) -> Result<()>,
@@ -151,7 +152,8 @@ where
 }
 
 /// Parses LLVM IR text (as [`JitModule::optimized_ir`] prints it, or hand-written), then
-/// optimises and JIT-compiles it like [`compile`].
+/// optimises and JIT-compiles it like [`compile`]. IR printed for one CPU may call that CPU's
+/// intrinsics (kernels built for AVX-512 call `vscalefps`): compile it for a CPU that has them.
 pub fn compile_ir(name: &str, ir: &str, options: &JitOptions) -> Result<JitModule> {
     compile_impl(name, options, |ctx| parse_ir(ctx, name, ir))
 }
@@ -252,7 +254,7 @@ fn prepare(
     let ctx = module.get_context();
     // With AVX-512, use its full width: LLVM defaults to 256-bit vectors on Intel CPUs, which
     // halves the throughput of compute-bound kernels (inline `exp`/`erf`).
-    let wide = features.split(',').any(|f| f == "+avx512f");
+    let wide = super::kernel::Scalef::for_features(features) != super::kernel::Scalef::Generic;
     for f in defined_functions(module) {
         f.add_attribute(
             AttributeLoc::Function,

@@ -25,9 +25,11 @@
 //!
 //! What makes the hot loops fast: long float reductions are split into 16 lanes in a fixed
 //! order so that they vectorise under strict FP semantics, and short ones compute their body in
-//! a vectorised loop of its own before combining in order (`reduce`); f32 `exp`, `tanh` and
-//! `erf` are emitted inline as branch-free code the vectoriser widens: f32 polynomials within
-//! an ulp or two by default (`poly`), or the C library's algorithms bit for bit with
+//! a vectorised loop of its own before combining in order; float max and min run first without
+//! their NaN rule, again with it only where a value was NaN (`reduce`); f32 `exp`, `tanh` and
+//! `erf` are branch-free code the vectoriser widens: f32 polynomials within an ulp or two by
+//! default (`poly`; on AVX-512 their `2^q` is a call whose vector variants, `vscalefps`, are
+//! inlined after vectorising, `scalef`), or the C library's algorithms bit for bit with
 //! [`MathMode::Libm`] (`math`); a value a store stage would recompute from an earlier reduction stage (softmax's
 //! `exp(x - max)`) is kept per element in a stack buffer instead (`reuse`).
 //!
@@ -536,9 +538,11 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                         self.reduce_staged(body, inner[0], c, a, v)?
                     } else {
                         let red = self.reduce_begin(c, a, body, v)?;
-                        self.loop_nest(inner, None, &mut |em| {
-                            em.body(body)?;
-                            em.reduce_step(&red)
+                        self.reduce_in_order(&red, &mut |em, red| {
+                            em.loop_nest(inner, None, &mut |em| {
+                                em.body(body)?;
+                                em.reduce_step(red)
+                            })
                         })?;
                         self.reduce_end(&red)?
                     };

@@ -13,10 +13,12 @@
 //! depends only on the stage's shape, never on the chunking or the target, so results stay
 //! bitwise identical across thread counts and machines.
 //!
-//! A split max or min runs its blocks without the NaN rule first (a plain compare-and-select,
-//! one `maxps`/`minps`, where the rule doubles the chain from block to block), noting NaN lanes
-//! on the side, and runs them again with the rule only if it saw one. Without NaN both give
-//! the same bits.
+//! A float max or min runs without its NaN rule first (a plain compare-and-select, one
+//! `maxps`/`minps` or `maxss`/`minss`, where the rule doubles the dependency chain), noting NaN
+//! on the side, and runs again from the identity with the rule only if it saw one: the split
+//! form over its blocks ([`Emitter::reduce_split`]), the in-order forms over their elements
+//! ([`Emitter::reduce_in_order`]). Without NaN both passes give the same bits. The cost: the
+//! body is emitted once more, and a row with NaN computes it twice.
 //!
 //! # Staged short reductions
 //!
@@ -41,6 +43,7 @@ use smelt_passes::kernel::{Combiner, Inst, InstOp, Ty, ValueId};
 pub(crate) const LANES: usize = 16;
 
 /// A reduction in progress: accumulator slots and what they combine.
+#[derive(Clone, Copy)]
 pub(crate) struct Reduction<'ctx> {
     combiner: Combiner,
     acc: DType,
@@ -50,6 +53,9 @@ pub(crate) struct Reduction<'ctx> {
     /// Arg reductions: the best index and the running index.
     index: Option<(PointerValue<'ctx>, PointerValue<'ctx>)>,
     value_ty: Ty,
+    /// Set for the first pass of an in-order float max or min (see
+    /// [`Emitter::reduce_in_order`]): combine without the NaN rule and note NaN here (`i1`).
+    nan_seen: Option<PointerValue<'ctx>>,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
@@ -113,6 +119,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             slot,
             index,
             value_ty,
+            nan_seen: None,
         })
     }
 
@@ -173,8 +180,60 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             return Ok(());
         }
         let x = self.cast(v, Ty::Data(r.acc))?;
-        let nv = self.combine(r.combiner, r.acc, cur, x)?;
+        let nv = match r.nan_seen {
+            Some(seen) => {
+                // The NaN rule's `m` term alone (see `reduce_in_order`).
+                let (c, x) = (cur.into_float_value(), x.into_float_value());
+                let pred = if r.combiner == Combiner::Max {
+                    F::OGT
+                } else {
+                    F::OLT
+                };
+                let better = b.build_float_compare(pred, c, x, "fbt")?;
+                let nan = b.build_float_compare(F::UNO, x, x, "fnan")?;
+                let old = b.build_load(seen, "fseen")?.into_int_value();
+                b.build_store(seen, b.build_or(old, nan, "fseen1")?)?;
+                b.build_select(better, c, x, "fm")?
+            }
+            None => self.combine(r.combiner, r.acc, cur, x)?,
+        };
         self.b.build_store(r.slot, nv)?;
+        Ok(())
+    }
+
+    /// Runs `pass`, a loop that combines every value of `red` in order with
+    /// [`Emitter::reduce_step`]. A float max or min runs it twice over: first without the NaN
+    /// rule (one compare-and-select per value, half the dependency chain), noting whether a
+    /// value was NaN, and again from the identity with the rule only if one was. Without NaN
+    /// the two passes give the same bits (the same selects in the same order).
+    pub(crate) fn reduce_in_order(
+        &mut self,
+        red: &Reduction<'ctx>,
+        pass: &mut dyn FnMut(&mut Self, &Reduction<'ctx>) -> Result<()>,
+    ) -> Result<()> {
+        let extreme = matches!(red.combiner, Combiner::Max | Combiner::Min)
+            && red.index.is_none()
+            && matches!(red.acc, DType::F32 | DType::F64);
+        if !extreme {
+            return pass(self, red);
+        }
+        let bool_t = self.ctx.bool_type();
+        let seen = self.entry_alloca(bool_t.into(), "nanseen")?;
+        self.b.build_store(seen, bool_t.const_zero())?;
+        let identity = self.b.build_load(red.slot, "ident")?;
+        let fast = Reduction {
+            nan_seen: Some(seen),
+            ..*red
+        };
+        pass(self, &fast)?;
+        let any = self.b.build_load(seen, "anynan")?.into_int_value();
+        let (again, done) = (self.block("inorder.nan"), self.block("inorder.done"));
+        self.b.build_conditional_branch(any, again, done)?;
+        self.b.position_at_end(again);
+        self.b.build_store(red.slot, identity)?;
+        pass(self, red)?;
+        self.b.build_unconditional_branch(done)?;
+        self.b.position_at_end(done);
         Ok(())
     }
 
@@ -259,20 +318,22 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             // `i < n`, the scratch's length.
             em.body_to_scratch(body, value, acc, depth, i, scratch, i)
         })?;
-        self.counted_loop(lo, hi, "fold", |em, i| {
-            // SAFETY (of the generated code): `i < n`, the array's length.
-            let p = unsafe {
-                em.b.build_in_bounds_gep(scratch, &[i64t.const_zero(), i], "sf")?
-            };
-            let x = em.b.build_load(p, "sv")?;
-            em.values.insert(
-                value,
-                Val {
-                    v: x,
-                    ty: Ty::Data(acc),
-                },
-            );
-            em.reduce_step(&red)
+        self.reduce_in_order(&red, &mut |em, red| {
+            em.counted_loop(lo, hi, "fold", |em, i| {
+                // SAFETY (of the generated code): `i < n`, the array's length.
+                let p = unsafe {
+                    em.b.build_in_bounds_gep(scratch, &[i64t.const_zero(), i], "sf")?
+                };
+                let x = em.b.build_load(p, "sv")?;
+                em.values.insert(
+                    value,
+                    Val {
+                        v: x,
+                        ty: Ty::Data(acc),
+                    },
+                );
+                em.reduce_step(red)
+            })
         })?;
         self.vars.truncate(depth);
         self.reduce_end(&red)

@@ -48,12 +48,27 @@ pub enum Scalef {
 }
 
 impl Scalef {
-    /// The forms a target with LLVM feature string `features` (`+avx512f,-avx512vl,…`) has.
+    /// The forms a target with LLVM feature string `features` (`+avx512f,-avx512vl,…`) has,
+    /// read as LLVM reads it: the last `+f`/`-f` of a feature wins, and turning off a feature
+    /// AVX-512F builds on (`-avx2`, `-fma`, …) turns it off too. Anything else is `Generic`:
+    /// emitting `vscalefps` for a target without it would abort LLVM's code generator.
     pub fn for_features(features: &str) -> Scalef {
-        let has = |f: &str| features.split(',').any(|x| x == f);
-        if !cfg!(target_arch = "x86_64") || !has("+avx512f") {
+        let on = |name: &str| {
+            features
+                .rsplit(',')
+                .filter_map(|t| Some((t.strip_prefix(['+', '-'])?, t.starts_with('+'))))
+                .find(|(f, _)| *f == name)
+                .map(|(_, plus)| plus)
+        };
+        // What LLVM's `avx512f` implies (X86.td): AVX2, FMA, F16C, and through them AVX
+        // and every SSE level.
+        const NEEDED: [&str; 10] = [
+            "sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c",
+        ];
+        let avx512f = on("avx512f") == Some(true) && NEEDED.iter().all(|f| on(f) != Some(false));
+        if !cfg!(target_arch = "x86_64") || !avx512f {
             Scalef::Generic
-        } else if has("+avx512vl") {
+        } else if on("avx512vl") == Some(true) {
             Scalef::Avx512Vl
         } else {
             Scalef::Avx512
@@ -300,6 +315,28 @@ pub(crate) fn inline_after_vectorizing(module: &Module<'_>, machine: &TargetMach
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
+
+    /// Feature strings as LLVM reads them: the last entry of a feature wins, and turning off
+    /// what AVX-512F builds on turns it off.
+    #[test]
+    fn features_are_read_as_llvm_reads_them() {
+        let cases = [
+            ("", Scalef::Generic),
+            ("+avx2,+fma", Scalef::Generic),
+            ("+avx512f", Scalef::Avx512),
+            ("-avx512pf,+avx512f,-avx512er,+avx512vl", Scalef::Avx512Vl),
+            ("+avx512f,+avx512vl,-avx512vl", Scalef::Avx512),
+            ("+avx512f,+avx512vl,-avx512f", Scalef::Generic),
+            ("-avx512f,+avx512f", Scalef::Avx512),
+            ("+avx512f,-avx2", Scalef::Generic),
+            ("+avx512f,+avx512vl,-fma", Scalef::Generic),
+            ("+avx512f,-sse4.2", Scalef::Generic),
+            ("avx512f", Scalef::Generic),
+        ];
+        for (features, want) in cases {
+            assert_eq!(Scalef::for_features(features), want, "{features:?}");
+        }
+    }
     use crate::llvm::{compile, JitOptions};
     use inkwell::types::BasicType;
     use inkwell::values::BasicValue;
@@ -381,7 +418,7 @@ mod tests {
         let mut q = Vec::new();
         for e in -150i32..=150 {
             for m in 0..32u32 {
-                // Mantissas spread over [0.5, 2), both ends included.
+                // Mantissas spread over [0.5, 2) (`exp` passes about [0.7, 1.42]).
                 u.push(0.5 + 1.5 * m as f32 / 31.0 - if m == 31 { f32::EPSILON } else { 0.0 });
                 q.push(e as f32);
             }
