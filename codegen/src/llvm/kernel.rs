@@ -538,7 +538,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                         self.reduce_staged(body, inner[0], c, a, v)?
                     } else {
                         let red = self.reduce_begin(c, a, body, v)?;
-                        self.reduce_in_order(&red, &mut |em, red| {
+                        self.reduce_nan_rule_last(&red, &mut |em, red| {
                             em.loop_nest(inner, None, &mut |em| {
                                 em.body(body)?;
                                 em.reduce_step(red)

@@ -15,10 +15,10 @@
 //!
 //! A float max or min runs without its NaN rule first (a plain compare-and-select, one
 //! `maxps`/`minps` or `maxss`/`minss`, where the rule doubles the dependency chain), noting NaN
-//! on the side, and runs again from the identity with the rule only if it saw one: the split
-//! form over its blocks ([`Emitter::reduce_split`]), the in-order forms over their elements
-//! ([`Emitter::reduce_in_order`]). Without NaN both passes give the same bits. The cost: the
-//! body is emitted once more, and a row with NaN computes it twice.
+//! on the side, and runs again from the identity with the rule only if it saw one
+//! ([`Emitter::reduce_nan_rule_last`]): the split form over its blocks and tree, the in-order
+//! forms over their elements. Without NaN both passes give the same bits. The cost: the body
+//! is emitted once more, and a row with NaN computes it twice.
 //!
 //! # Staged short reductions
 //!
@@ -54,7 +54,7 @@ pub(crate) struct Reduction<'ctx> {
     index: Option<(PointerValue<'ctx>, PointerValue<'ctx>)>,
     value_ty: Ty,
     /// Set for the first pass of an in-order float max or min (see
-    /// [`Emitter::reduce_in_order`]): combine without the NaN rule and note NaN here (`i1`).
+    /// [`Emitter::reduce_nan_rule_last`]): combine without the NaN rule and note NaN here (`i1`).
     nan_seen: Option<PointerValue<'ctx>>,
 }
 
@@ -146,12 +146,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             let d = self.data(v)?;
             let better = if d.is_float() {
                 let (x, c) = (v.v.into_float_value(), cur.into_float_value());
-                let pred = if r.combiner == Combiner::ArgMax {
-                    F::OGT
-                } else {
-                    F::OLT
-                };
-                let gt = b.build_float_compare(pred, x, c, "gt")?;
+                let gt = b.build_float_compare(better_than(r.combiner), x, c, "gt")?;
                 let xnan = b.build_float_compare(F::UNO, x, x, "xn")?;
                 let cnan = b.build_float_compare(F::UNO, c, c, "cn")?;
                 let cand = b.build_or(gt, xnan, "cand")?;
@@ -182,14 +177,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let x = self.cast(v, Ty::Data(r.acc))?;
         let nv = match r.nan_seen {
             Some(seen) => {
-                // The NaN rule's `m` term alone (see `reduce_in_order`).
+                // The NaN rule's `m` term alone (see `reduce_nan_rule_last`).
                 let (c, x) = (cur.into_float_value(), x.into_float_value());
-                let pred = if r.combiner == Combiner::Max {
-                    F::OGT
-                } else {
-                    F::OLT
-                };
-                let better = b.build_float_compare(pred, c, x, "fbt")?;
+                let better = b.build_float_compare(better_than(r.combiner), c, x, "fbt")?;
                 let nan = b.build_float_compare(F::UNO, x, x, "fnan")?;
                 let old = b.build_load(seen, "fseen")?.into_int_value();
                 b.build_store(seen, b.build_or(old, nan, "fseen1")?)?;
@@ -201,12 +191,13 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(())
     }
 
-    /// Runs `pass`, a loop that combines every value of `red` in order with
-    /// [`Emitter::reduce_step`]. A float max or min runs it twice over: first without the NaN
-    /// rule (one compare-and-select per value, half the dependency chain), noting whether a
-    /// value was NaN, and again from the identity with the rule only if one was. Without NaN
-    /// the two passes give the same bits (the same selects in the same order).
-    pub(crate) fn reduce_in_order(
+    /// Runs `pass`, which combines every value of `red` into its slot (an in-order loop of
+    /// [`Emitter::reduce_step`], or a split reduction's blocks and tree). A float max or min
+    /// runs it twice over: first without the NaN rule (one compare-and-select per value, half
+    /// the dependency chain), noting in `nan_seen` whether a value was NaN, and again from the
+    /// identity with the rule only if one was. Without NaN the two passes give the same bits
+    /// (the same selects in the same order).
+    pub(crate) fn reduce_nan_rule_last(
         &mut self,
         red: &Reduction<'ctx>,
         pass: &mut dyn FnMut(&mut Self, &Reduction<'ctx>) -> Result<()>,
@@ -318,7 +309,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             // `i < n`, the scratch's length.
             em.body_to_scratch(body, value, acc, depth, i, scratch, i)
         })?;
-        self.reduce_in_order(&red, &mut |em, red| {
+        self.reduce_nan_rule_last(&red, &mut |em, red| {
             em.counted_loop(lo, hi, "fold", |em, i| {
                 // SAFETY (of the generated code): `i < n`, the array's length.
                 let p = unsafe {
@@ -381,10 +372,10 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// in registers and the chain from block to block is one vector operation. Returns the
     /// result.
     ///
-    /// A max or min first runs without its NaN rule (one `maxps`/`minps` per block, half the
-    /// chain) while noting whether any value was NaN; only then does it run again with the
-    /// rule. Without NaN the two forms give the same bits, so the result never depends on
-    /// which one ran.
+    /// A max or min runs its blocks and tree through [`Emitter::reduce_nan_rule_last`]: first
+    /// without the NaN rule (one `maxps`/`minps` per block, half the chain), again with it
+    /// only if a value was NaN. Without NaN the two give the same bits, so the result never
+    /// depends on which one ran.
     pub(crate) fn reduce_split(
         &mut self,
         body: &[Inst],
@@ -419,38 +410,11 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             splat,
             align,
         };
-        if matches!(combiner, Combiner::Max | Combiner::Min) {
-            // The NaN seen so far, per lane.
-            let mask_t = self.ctx.bool_type().vec_type(LANES as u32);
-            let seen = self.entry_alloca(mask_t.into(), "nanseen")?;
-            self.b.build_store(seen, mask_t.const_zero())?;
-            self.split_blocks(&split, Some(seen))?;
-            let seen_v = self.b.build_load(seen, "nanv")?.into_vector_value();
-            // One bit per lane (`LANES` is 16).
-            const _: () = assert!(LANES == 16);
-            let i16t = self.ctx.i16_type();
-            let bits = self
-                .b
-                .build_bit_cast(seen_v, i16t, "nanbits")?
-                .into_int_value();
-            let any =
-                self.b
-                    .build_int_compare(IntPredicate::NE, bits, i16t.const_zero(), "anynan")?;
-            let (with_nan, done) = (self.block("split.nan"), self.block("split.done"));
-            let fast = self.block("split.fast");
-            self.b.build_conditional_branch(any, with_nan, fast)?;
-            self.b.position_at_end(fast);
-            self.split_tree(&split, init.slot, false)?;
-            self.b.build_unconditional_branch(done)?;
-            self.b.position_at_end(with_nan);
-            self.split_blocks(&split, None)?;
-            self.split_tree(&split, init.slot, true)?;
-            self.b.build_unconditional_branch(done)?;
-            self.b.position_at_end(done);
-        } else {
-            self.split_blocks(&split, None)?;
-            self.split_tree(&split, init.slot, true)?;
-        }
+        // Max and min: first without the NaN rule, see `reduce_nan_rule_last`.
+        self.reduce_nan_rule_last(&init, &mut |em, red| {
+            em.split_blocks(&split, red.nan_seen)?;
+            em.split_tree(&split, red.slot, red.nan_seen.is_none())
+        })?;
         let depth = split.depth;
         let tail_start = self.i64c(split.blocks * LANES as i64);
         self.counted_loop(tail_start, self.i64c(n as i64), "tail", |em, i| {
@@ -464,14 +428,24 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     }
 
     /// The blocks of a split reduction into its accumulator vector (reset to the identity
-    /// first). With `nan_seen`, a max or min combines without its NaN rule and ORs each
-    /// block's NaN lanes into that `<LANES x i1>` slot instead.
+    /// first). With `nan_seen` (an `i1` slot, see [`Emitter::reduce_nan_rule_last`]), a max or min
+    /// combines without its NaN rule, gathers the blocks' NaN lanes in a `<LANES x i1>` and
+    /// ORs whether there was any into that slot after the loop.
     fn split_blocks(
         &mut self,
         s: &Split<'_, 'ctx>,
         nan_seen: Option<PointerValue<'ctx>>,
     ) -> Result<()> {
         self.b.build_store(s.accv, s.splat)?;
+        let mask_t = self.ctx.bool_type().vec_type(LANES as u32);
+        let lanes_seen = match nan_seen {
+            Some(_) => {
+                let p = self.entry_alloca(mask_t.into(), "nanlanes")?;
+                self.b.build_store(p, mask_t.const_zero())?;
+                Some(p)
+            }
+            None => None,
+        };
         let width = self.i64c(LANES as i64);
         self.counted_loop_hinted(
             self.i64c(0),
@@ -498,7 +472,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 let cur = em.b.build_load(s.accv, "accc")?.into_vector_value();
                 let nv = em.combine_vector(s.combiner, cur, v, nan_seen.is_none())?;
                 em.b.build_store(s.accv, nv)?;
-                if let Some(seen) = nan_seen {
+                if let Some(seen) = lanes_seen {
                     let nan =
                         em.b.build_float_compare(FloatPredicate::UNO, v, v, "bnan")?;
                     let old = em.b.build_load(seen, "seen")?.into_vector_value();
@@ -508,6 +482,22 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             },
         )?;
         self.vars.truncate(s.depth);
+        if let (Some(slot), Some(lanes)) = (nan_seen, lanes_seen) {
+            let lanes = self.b.build_load(lanes, "nanv")?.into_vector_value();
+            // One bit per lane (`LANES` is 16).
+            const _: () = assert!(LANES == 16);
+            let i16t = self.ctx.i16_type();
+            let bits = self
+                .b
+                .build_bit_cast(lanes, i16t, "nanbits")?
+                .into_int_value();
+            let any =
+                self.b
+                    .build_int_compare(IntPredicate::NE, bits, i16t.const_zero(), "anynan")?;
+            let old = self.b.build_load(slot, "seen")?.into_int_value();
+            self.b
+                .build_store(slot, self.b.build_or(old, any, "seen1")?)?;
+        }
         Ok(())
     }
 
@@ -562,12 +552,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             Combiner::Sum => b.build_float_add(acc, x, "vsum")?,
             Combiner::Prod => b.build_float_mul(acc, x, "vprod")?,
             Combiner::Max | Combiner::Min => {
-                let pred = if combiner == Combiner::Max {
-                    F::OGT
-                } else {
-                    F::OLT
-                };
-                let better = b.build_float_compare(pred, acc, x, "vbt")?;
+                let better = b.build_float_compare(better_than(combiner), acc, x, "vbt")?;
                 let m = b.build_select(better, acc, x, "vm")?.into_vector_value();
                 if !nan_rule {
                     return Ok(m);
@@ -593,6 +578,16 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 ty: Ty::Data(r.acc),
             },
         })
+    }
+}
+
+/// The comparison by which `a` is a better extreme than `b` for a max or min (arg or not):
+/// `a > b` or `a < b`, false when either is NaN.
+fn better_than(combiner: Combiner) -> FloatPredicate {
+    if matches!(combiner, Combiner::Max | Combiner::ArgMax) {
+        FloatPredicate::OGT
+    } else {
+        FloatPredicate::OLT
     }
 }
 
