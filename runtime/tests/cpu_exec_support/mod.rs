@@ -286,6 +286,75 @@ pub fn tensor(d: DType, dims: &[usize], v: &[f64]) -> HostTensor {
     HostTensor::new(dims, data).unwrap()
 }
 
+/// A one-GEMM program of `dtype` (the right operand transposed and batch-broadcast).
+pub fn gemm_program(dtype: DType, batch: usize, m: usize, k: usize, n: usize) -> Program {
+    let decl = |id: u32, numel: usize, kind: BufferKind| BufferDecl {
+        id: BufferId(id),
+        dtype,
+        numel,
+        kind,
+        value: NodeId(id),
+    };
+    Program {
+        buffers: vec![
+            decl(0, batch * m * k, BufferKind::Input("a".into())),
+            decl(1, n * k, BufferKind::Param("w".into())),
+            decl(2, batch * m * n, BufferKind::Temp),
+        ],
+        steps: vec![Step::Gemm(Gemm {
+            name: "mm".into(),
+            origin: vec![],
+            dtype,
+            a: GemmOperand {
+                buffer: BufferId(0),
+                shape: vec![batch, m, k],
+                strides: vec![m * k, k, 1],
+                offset: 0,
+            },
+            // w stored [n, k], read as [1, k, n] (transposed, broadcast over the batch).
+            b: GemmOperand {
+                buffer: BufferId(1),
+                shape: vec![1, k, n],
+                strides: vec![0, 1, k],
+                offset: 0,
+            },
+            out: BufferId(2),
+            out_shape: vec![batch, m, n],
+        })],
+        outputs: vec![("y".into(), BufferId(2))],
+    }
+}
+
+/// Values a model's inputs and parameters take: floats uniform in [-1, 1], parameters of two
+/// or more dims (weights) in ±1/√fan_in with fan_in the last dim (PyTorch's `nn.Linear`
+/// initialisation), integers in 0..4, bools alternating. No specials: a special in a real
+/// model's GEMM makes most of its outputs inf or NaN, and an f32 accumulation whose partial
+/// sums overflow cannot be compared with the interpreter's f64 one (the random graphs of
+/// [`fuzz_graphs`] cover specials). Deterministic in `seed`.
+pub fn model_bindings(graph: &Graph, seed: u64) -> std::collections::HashMap<String, HostTensor> {
+    graph
+        .bindings()
+        .enumerate()
+        .map(|(i, (name, _, ty, is_param))| {
+            let n = ty.shape.numel();
+            let dims = ty.shape.dims();
+            let scale = match dims.last() {
+                Some(&fan_in) if is_param && dims.len() >= 2 => 1.0 / (fan_in.max(1) as f64).sqrt(),
+                _ => 1.0,
+            };
+            let v: Vec<f64> = match ty.dtype {
+                DType::Bool => (0..n).map(|j| ((j + i) % 2) as f64).collect(),
+                d if d.is_float() => floats(n, seed + i as u64, scale, false),
+                _ => floats(n, seed + i as u64, 2.0, false)
+                    .iter()
+                    .map(|x| (x + 2.0).floor().min(3.0))
+                    .collect(),
+            };
+            (name.to_string(), tensor(ty.dtype, dims, &v))
+        })
+        .collect()
+}
+
 /// Whether the value of `out` depends on a reduction or a matmul (`gemm_only`: a matmul).
 pub fn has_accumulation(g: &Graph, out: NodeId, gemm_only: bool) -> bool {
     let mut seen = vec![false; g.len()];
