@@ -7,8 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export INSTA_UPDATE="${INSTA_UPDATE:-no}"
-# Random graphs run fused and unfused on the CPU against the reference interpreter.
+# Random graphs run fused and unfused on the CPU, and their CUDA C in the CPU emulator of
+# runtime/src/cuda/emulate.rs, against the reference interpreter. The emulator needs a C++17
+# compiler (g++ from build-essential, or clang++); set SMELT_REQUIRE_CXX=0 to let its tests
+# skip without one.
 export SMELT_FUZZ_CASES="${SMELT_FUZZ_CASES:-1000}"
+export SMELT_REQUIRE_CXX="${SMELT_REQUIRE_CXX:-1}"
 if [ "${SMELT_SKIP_CUDA_TOOLS:-0}" != 1 ]; then
   ./scripts/install-cuda-tools.sh
   export SMELT_REQUIRE_NVRTC=1

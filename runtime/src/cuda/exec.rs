@@ -288,7 +288,7 @@ impl std::fmt::Debug for DeviceTensor {
     }
 }
 
-fn host_bytes(d: &TensorData) -> &[u8] {
+pub(super) fn host_bytes(d: &TensorData) -> &[u8] {
     with_data!(d, v => {
         // SAFETY: every element type (bool, i32, i64, f16, bf16, f32, f64) is plain data
         // without padding; the slice covers exactly the vector's elements.
@@ -439,7 +439,7 @@ fn status_words(modules: &[Arc<CudaModule>], stream: &Arc<CudaStream>) -> ExecRe
 
 /// The kernel steps of `program` that read or write through a computed index (the ones whose
 /// range checks can set a status word), for the error message.
-fn computed_access_kernels(program: &Program) -> String {
+pub(super) fn computed_access_kernels(program: &Program) -> String {
     let names: Vec<&str> = program
         .steps
         .iter()
@@ -512,7 +512,7 @@ enum Outputs<'a> {
     Device(&'a mut [DeviceTensor]),
 }
 
-fn dtype_numel_check(
+pub(super) fn dtype_numel_check(
     name: &str,
     dtype: DType,
     numel: usize,

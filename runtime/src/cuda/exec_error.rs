@@ -58,6 +58,10 @@ pub enum CudaExecError {
     /// `llvm` feature, libdevice missing for a kernel with transcendental math, …).
     #[error("LLVM NVPTX code generation failed: {0} (CudaCodegen::Nvrtc needs no LLVM)")]
     LlvmPtx(String),
+    /// The CPU emulator of the CUDA C (`cuda::emulate`) could not build or run a program: no
+    /// C++ compiler, a compile error, or a barrier that could never complete on a GPU.
+    #[error("CUDA emulator: {0}")]
+    Emulator(String),
 }
 
 pub type ExecResult<T> = std::result::Result<T, CudaExecError>;

@@ -13,10 +13,13 @@
 //! - [`driver()`] / [`cublas()`]: call before any `cudarc::driver` / `cudarc::cublas` use.
 //! - [`launch`]: the launch plan of a program (pure data, tested without a GPU);
 //!   [`CudaProgram`] (`exec`): runs it on a GPU ([`cuda_device`] resolves one).
+//! - [`emulate`]: runs the same plan and CUDA C on the CPU under CUDA's thread model (a test
+//!   and debugging tool for machines without a GPU).
 
 mod compile;
 pub mod cublas_lib;
 mod driver;
+pub mod emulate;
 mod error;
 mod exec;
 mod exec_error;

@@ -1,0 +1,431 @@
+// smelt_cuda_emu.h: runs smelt's generated CUDA C on the CPU, with CUDA's thread model.
+//
+// Part of smelt-runtime (runtime/src/cuda/emulate.rs writes it next to the translation unit and
+// compiles both with the host C++ compiler). Not a general CUDA emulator: it provides exactly
+// what smelt's code generator and fallback GEMM emit (see codegen/src/cuda/prelude.rs):
+//
+// - every thread of a block is a fiber on the calling OS thread (a 20-instruction stack switch
+//   on x86-64, ucontext elsewhere or with -DSMELT_EMU_UCONTEXT); the blocks of a
+//   grid run one after another, in blockIdx order;
+// - `__shared__` variables are function statics per OS thread, which is per block because
+//   one block runs at a time on a thread;
+// - `__syncthreads()` parks a thread until every thread of the block is parked at one;
+// - `__shfl_xor_sync` with the full mask parks a lane until all 32 lanes of its warp are at a
+//   shuffle, then each reads its partner's value;
+// - a barrier or shuffle that can never complete (a thread exited while others wait, lanes
+//   of one warp at different kinds of barrier, a partial warp shuffling with the full mask) is
+//   reported as an error naming the threads, where a GPU would hang or be undefined;
+// - `+ - * /` with explicit rounding are the host's IEEE operations (the TU is compiled with
+//   -ffp-contract=off); `expf`, `tanhf`, `erff`, … are the host C library's, which may differ
+//   from CUDA's by an ulp or two.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <type_traits>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __shared__ static thread_local
+
+struct uint3 {
+    unsigned int x, y, z;
+};
+struct dim3 {
+    unsigned int x, y, z;
+};
+
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+
+static inline float __int_as_float(int x) {
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+static inline int __float_as_int(float x) {
+    int i;
+    memcpy(&i, &x, 4);
+    return i;
+}
+static inline double __longlong_as_double(long long x) {
+    double d;
+    memcpy(&d, &x, 8);
+    return d;
+}
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+
+// One OS thread runs the fibers of a block, so an atomic is a plain read-modify-write.
+static inline unsigned int atomicOr(unsigned int* p, unsigned int v) {
+    unsigned int old = *p;
+    *p = old | v;
+    return old;
+}
+
+namespace smelt_emu {
+
+#if defined(__x86_64__) && !defined(SMELT_EMU_UCONTEXT)
+// switch_stack(&from, to): pushes the callee-saved registers, MXCSR and the x87 control word
+// (what the SysV ABI says a call preserves), saves the stack pointer in `from`, then pops the
+// same from stack `to` and returns into that context. No system call, unlike swapcontext.
+extern "C" void smelt_emu_switch_stack(void** from, void* to);
+asm(R"(
+    .text
+    .p2align 4
+    .type smelt_emu_switch_stack,@function
+smelt_emu_switch_stack:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size smelt_emu_switch_stack, .-smelt_emu_switch_stack
+)");
+
+struct Context {
+    void* sp;
+};
+inline void switch_to(Context& from, Context& to) { smelt_emu_switch_stack(&from.sp, to.sp); }
+// A context that starts `entry` (which must never return) on `stack`.
+inline void start_context(Context& c, char* stack, size_t size, Context&, void (*entry)()) {
+    uintptr_t top = ((uintptr_t)(stack + size)) & ~(uintptr_t)15;
+    void** frame = (void**)(top - 16);  // the return address: `entry` then sees rsp = 8 mod 16
+    frame[0] = (void*)entry;
+    frame[1] = nullptr;
+    for (int r = 1; r <= 6; ++r) frame[-r] = nullptr;  // rbp, rbx, r12-r15
+    uint32_t* control = (uint32_t*)(frame - 7);
+    unsigned short fpu;
+    asm volatile("fnstcw %0" : "=m"(fpu));
+    control[0] = __builtin_ia32_stmxcsr();
+    control[1] = fpu;
+    c.sp = frame - 7;
+}
+#else
+struct Context {
+    ucontext_t uc;
+};
+inline void switch_to(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+inline void start_context(Context& c, char* stack, size_t size, Context& back, void (*entry)()) {
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack;
+    c.uc.uc_stack.ss_size = size;
+    c.uc.uc_link = &back.uc;
+    makecontext(&c.uc, entry, 0);
+}
+#endif
+
+enum State { READY, AT_SYNCTHREADS, AT_SHUFFLE, DONE, FAULTED };
+
+struct Thread {
+    Context ctx;
+    State state;
+    uint64_t value;  // the value this lane offers at a shuffle, then the value it receives
+    int lane_mask;   // the xor of the shuffle it waits at
+};
+
+struct Block {
+    Thread* threads = nullptr;
+    size_t n = 0;
+    char* stacks = nullptr;
+    Context scheduler;
+    unsigned current = 0;
+    void (*body)(void*) = nullptr;
+    void* closure = nullptr;
+};
+
+inline thread_local Block* running = nullptr;
+// Why the last launch failed (NUL-terminated).
+inline thread_local char last_error[512];
+// What stopped a thread that hit a fault (a misaligned access, a shuffle with a partial mask).
+inline thread_local char fault[256];
+
+#define SMELT_EMU_ERROR(buf, ...) snprintf((buf), sizeof(buf), __VA_ARGS__)
+
+constexpr size_t STACK_BYTES = 64 * 1024;
+
+// Back to the scheduler; returns when this thread may go on.
+inline void park(State why) {
+    Block* b = running;
+    Thread& t = b->threads[b->current];
+    t.state = why;
+    switch_to(t.ctx, b->scheduler);
+}
+
+// Stops the calling thread for good after a fault (its stack is abandoned: kernels hold no
+// resources); the launch fails with the message in `fault`.
+[[noreturn]] inline void trap() {
+    park(FAULTED);
+    __builtin_unreachable();
+}
+
+[[noreturn]] inline void thread_main() {
+    Block* b = running;
+    b->body(b->closure);
+    park(DONE);  // never resumed
+    __builtin_unreachable();
+}
+
+inline const char* state_name(State s) {
+    switch (s) {
+        case READY: return "running";
+        case AT_SYNCTHREADS: return "at __syncthreads";
+        case AT_SHUFFLE: return "at a warp shuffle";
+        case DONE: return "exited";
+        case FAULTED: return "faulted";
+    }
+    return "?";
+}
+
+// "0-31 at a warp shuffle, 32-63 exited" into `out` (truncated to `cap` bytes).
+inline void describe(const Block& b, char* out, size_t cap) {
+    size_t n = b.n, i = 0, used = 0;
+    out[0] = 0;
+    while (i < n && used + 1 < cap) {
+        size_t j = i;
+        while (j + 1 < n && b.threads[j + 1].state == b.threads[i].state) ++j;
+        int w = snprintf(out + used, cap - used, "%s%zu-%zu %s", used ? ", " : "", i, j,
+                         state_name(b.threads[i].state));
+        if (w < 0) break;
+        used += (size_t)w;
+        i = j + 1;
+    }
+}
+
+// Runs every thread of the current block to its end. Returns false (with last_error set) when
+// a barrier can never complete.
+inline bool run_block(Block& b) {
+    const size_t n = b.n;
+    for (;;) {
+        bool ran = false;
+        for (size_t i = 0; i < n; ++i) {
+            if (b.threads[i].state != READY) continue;
+            b.current = (unsigned)i;
+            threadIdx = uint3{(unsigned)i, 0, 0};
+            switch_to(b.scheduler, b.threads[i].ctx);
+            ran = true;
+            if (b.threads[i].state == FAULTED) {
+                SMELT_EMU_ERROR(last_error, "%s", fault);
+                fault[0] = 0;
+                return false;
+            }
+        }
+        size_t live = 0, at_sync = 0;
+        bool released = false;
+        for (size_t w = 0; w < n; w += 32) {
+            const size_t end = w + 32 < n ? w + 32 : n;
+            size_t shuffling = 0;
+            for (size_t i = w; i < end; ++i) shuffling += b.threads[i].state == AT_SHUFFLE;
+            if (shuffling == 0) continue;
+            if (shuffling != 32) {
+                if (end - w != 32) {
+                    SMELT_EMU_ERROR(last_error,
+                                    "a full-mask warp shuffle in a partial warp of %zu threads "
+                                    "(block %u)",
+                                    end - w, blockIdx.x);
+                    return false;
+                }
+                continue;  // the other lanes may still be on their way
+            }
+            uint64_t offered[32];
+            for (size_t l = 0; l < 32; ++l) offered[l] = b.threads[w + l].value;
+            for (size_t l = 0; l < 32; ++l) {
+                Thread& t = b.threads[w + l];
+                const size_t src = l ^ (size_t)t.lane_mask;
+                t.value = src < 32 ? offered[src] : offered[l];
+                t.state = READY;
+            }
+            released = true;
+        }
+        for (size_t i = 0; i < n; ++i) {
+            live += b.threads[i].state != DONE;
+            at_sync += b.threads[i].state == AT_SYNCTHREADS;
+        }
+        if (live == 0) return true;
+        if (!released && at_sync == live && at_sync == n) {
+            for (size_t i = 0; i < n; ++i) b.threads[i].state = READY;
+            released = true;
+        }
+        if (!ran && !released) {
+            char who[256];
+            describe(b, who, sizeof who);
+            SMELT_EMU_ERROR(last_error,
+                            "block %u of %u cannot go on (a GPU would hang or be undefined "
+                            "here): threads %s",
+                            blockIdx.x, gridDim.x, who);
+            return false;
+        }
+    }
+}
+
+template <typename T>
+T arg_from(void* p) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "kernel argument");
+    T v;
+    memcpy(&v, p, sizeof(T));
+    return v;
+}
+
+template <typename... A>
+struct Launch {
+    void (*kernel)(A...);
+    void** args;
+    template <size_t... I>
+    void call_with(std::index_sequence<I...>) {
+        kernel(arg_from<A>(args[I])...);
+    }
+    static void call(void* self) {
+        static_cast<Launch*>(self)->call_with(std::index_sequence_for<A...>{});
+    }
+};
+
+// Runs kernel `k` over `grid` blocks of `block` threads; `args[i]` points at argument i (as
+// for cuLaunchKernel). Returns 0, or 1 with the reason in last_error.
+template <typename... A>
+int launch(void (*k)(A...), unsigned grid, unsigned block, void** args) {
+    if (block == 0 || block > 1024 || grid == 0) {
+        SMELT_EMU_ERROR(last_error, "a launch of %u blocks of %u threads", grid, block);
+        return 1;
+    }
+    Launch<A...> l{k, args};
+    Block b;
+    b.n = block;
+    b.threads = static_cast<Thread*>(calloc(block, sizeof(Thread)));
+    b.stacks = static_cast<char*>(malloc(STACK_BYTES * block));
+    if (!b.threads || !b.stacks) {
+        free(b.threads);
+        free(b.stacks);
+        SMELT_EMU_ERROR(last_error, "out of memory for %u threads", block);
+        return 1;
+    }
+    b.body = &Launch<A...>::call;
+    b.closure = &l;
+    Block* outer = running;
+    running = &b;
+    gridDim = dim3{grid, 1, 1};
+    blockDim = dim3{block, 1, 1};
+    int rc = 0;
+    for (unsigned g = 0; g < grid && rc == 0; ++g) {
+        blockIdx = uint3{g, 0, 0};
+        for (unsigned i = 0; i < block; ++i) {
+            Thread& t = b.threads[i];
+            start_context(t.ctx, b.stacks + STACK_BYTES * i, STACK_BYTES, b.scheduler,
+                          thread_main);
+            t.state = READY;
+        }
+        if (!run_block(b)) rc = 1;
+    }
+    running = outer;
+    free(b.threads);
+    free(b.stacks);
+    return rc;
+}
+
+template <typename T>
+T shuffle_xor(T v, int lane_mask) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffled value");
+    Block* b = running;
+    Thread& t = b->threads[b->current];
+    t.value = 0;
+    memcpy(&t.value, &v, sizeof(T));
+    t.lane_mask = lane_mask;
+    park(AT_SHUFFLE);
+    T r;
+    memcpy(&r, &b->threads[b->current].value, sizeof(T));
+    return r;
+}
+
+}  // namespace smelt_emu
+
+static inline void __syncthreads() { smelt_emu::park(smelt_emu::AT_SYNCTHREADS); }
+
+template <typename T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    if (mask != 0xffffffffu || width != 32) {
+        SMELT_EMU_ERROR(smelt_emu::fault,
+                        "__shfl_xor_sync with a mask or width other than the full warp (thread "
+                        "%u of block %u)",
+                        threadIdx.x, blockIdx.x);
+        smelt_emu::trap();
+    }
+    return smelt_emu::shuffle_xor(v, lane_mask);
+}
+
+// One exported entry per kernel: `smelt_emu_<name>(grid, block, args)`.
+#define SMELT_EMU_ENTRY(name)                                                         \
+    extern "C" __attribute__((visibility("default"))) int smelt_emu_##name(         \
+        unsigned grid, unsigned block, void** args) {                                 \
+        return smelt_emu::launch(name, grid, block, args);                            \
+    }
+
+// Misaligned accesses. The translation unit is compiled with -fsanitize=alignment, and this
+// handler stands in for the UBSan runtime: a typed access at an address its type's alignment
+// does not divide (a 16-byte pack at an address that is not a multiple of 16, which is a
+// "misaligned address" fault on a GPU) becomes the launch's error instead of going unnoticed
+// on a CPU that tolerates it.
+struct SmeltEmuSourceLocation {
+    const char* file;
+    uint32_t line, column;
+};
+struct SmeltEmuTypeMismatch {
+    SmeltEmuSourceLocation location;
+    const void* type;
+    unsigned char log_alignment;
+    unsigned char kind;
+};
+extern "C" __attribute__((visibility("default"))) void __ubsan_handle_type_mismatch_v1(
+    SmeltEmuTypeMismatch* data, uintptr_t address) {
+    static const char* kinds[] = {"load", "store", "reference binding", "member access",
+                                  "member call"};
+    SMELT_EMU_ERROR(smelt_emu::fault,
+                    "misaligned %s of a %u-byte-aligned type at address %#llx (thread %u of "
+                    "block %u), line %u of the translation unit",
+                    data->kind < 5 ? kinds[data->kind] : "access", 1u << data->log_alignment,
+                    (unsigned long long)address, threadIdx.x, blockIdx.x,
+                    data->location.line);
+    // The access itself may use an aligned instruction that would fault on the CPU too.
+    if (smelt_emu::running) smelt_emu::trap();
+}
+
+// The address of the status word of range-checked accesses, when the prelude declares it.
+#define SMELT_EMU_STATUS(word)                                                        \
+    extern "C" __attribute__((visibility("default"))) unsigned int* smelt_emu_status() { \
+        return &word;                                                                 \
+    }
+
+extern "C" __attribute__((visibility("default"))) const char* smelt_emu_last_error() {
+    return smelt_emu::last_error;
+}

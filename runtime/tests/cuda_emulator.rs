@@ -1,0 +1,354 @@
+//! The CUDA C of the launch path, run on the CPU by `smelt_runtime::cuda::emulate` (issue 5,
+//! without a GPU): the plan corpus and random graphs against the reference interpreter, with
+//! the tolerances of `cpu_exec_fuzz.rs`, through cuBLAS-planned GEMMs (computed on the host)
+//! and through the fallback GEMM kernels; range-checked gathers; bad bindings.
+//!
+//! Needs a C++17 compiler (`c++`, `g++`, `clang++`, or `$SMELT_CXX`/`$CXX`); without one the
+//! tests print why and return, unless `SMELT_REQUIRE_CXX=1` (set by `scripts/test.sh`).
+
+mod cpu_exec_support;
+#[path = "../../codegen/tests/cuda_corpus_graphs/mod.rs"]
+mod cuda_corpus_graphs;
+
+use cpu_exec_support::{
+    assert_no_failures, check_bits, check_close_with, floats, fuzz_cases, fuzz_graphs,
+    fuzz_tolerance, gemm_program, has_accumulation, model_bindings, tensor,
+};
+use smelt_ir::interp::eval;
+use smelt_ir::{DType, Graph, HostTensor};
+use smelt_passes::kernel::Program;
+use smelt_passes::{optimize, PassOptions};
+use smelt_runtime::cuda::emulate::{host_compiler, EmulatedProgram, EmulatorOptions};
+use smelt_runtime::cuda::launch::{GemmBackend, LaunchStep};
+use smelt_runtime::cuda::CudaExecError;
+use std::collections::HashMap;
+
+fn compiler_or_skip(test: &str) -> bool {
+    match host_compiler(None) {
+        Ok(_) => true,
+        Err(e) if std::env::var_os("SMELT_REQUIRE_CXX").is_some_and(|v| v == "1") => {
+            panic!("{test}: SMELT_REQUIRE_CXX=1 but {e}")
+        }
+        Err(e) => {
+            println!("{test}: skipped: {e}");
+            false
+        }
+    }
+}
+
+/// Runs `program` (lowered from `graph`) in the emulator on `bindings` and compares with
+/// `want`, the interpreter's outputs.
+fn check_emulated(
+    what: &str,
+    graph: &Graph,
+    program: &Program,
+    bindings: &HashMap<String, HostTensor>,
+    want: &[(String, HostTensor)],
+    bind_params: bool,
+    gemm: GemmBackend,
+) -> Result<(), String> {
+    let params: HashMap<String, HostTensor> = if bind_params {
+        graph
+            .bindings()
+            .filter(|b| b.3)
+            .filter_map(|(n, ..)| bindings.get(n).map(|t| (n.to_string(), t.clone())))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    let options = EmulatorOptions {
+        gemm,
+        ..EmulatorOptions::default()
+    };
+    let mut exe = EmulatedProgram::compile(program, &params, &options)
+        .map_err(|e| format!("{what}: compile: {e}"))?;
+    for (name, id) in graph.outputs() {
+        exe.set_output_shape(name, graph.ty(*id).shape.clone())
+            .map_err(|e| format!("{what}: output shape: {e}"))?;
+    }
+    let got = exe.run(bindings).map_err(|e| format!("{what}: run: {e}"))?;
+    for (i, ((name, id), (_, w))) in graph.outputs().iter().zip(want).enumerate() {
+        let loose = has_accumulation(graph, *id, false);
+        let (rt, at) = fuzz_tolerance(w.dtype(), loose);
+        if got[i].1.shape() != w.shape() {
+            return Err(format!(
+                "{what}: output {name:?} shape {}",
+                got[i].1.shape()
+            ));
+        }
+        check_close_with(
+            &format!("{what}: output {name:?}"),
+            &got[i].1,
+            w,
+            rt,
+            at,
+            loose,
+        )?;
+    }
+    Ok(())
+}
+
+/// Every corpus graph (with [`model_bindings`]), fused (cuBLAS-planned GEMMs, parameters bound at compile time) and
+/// unfused (fallback GEMM kernels, parameters bound at run time), on the same bindings.
+#[test]
+fn corpus_programs_match_the_interpreter_in_the_emulator() {
+    if !compiler_or_skip("corpus_programs_match_the_interpreter_in_the_emulator") {
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (i, (name, graph)) in cuda_corpus_graphs::graphs().into_iter().enumerate() {
+        let bindings = model_bindings(&graph, 100 * i as u64);
+        let want = eval(&graph, &bindings).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for (fuse, gemm) in [(true, GemmBackend::Cublas), (false, GemmBackend::Fallback)] {
+            let program = cuda_corpus_graphs::lowered(name, &graph, fuse);
+            let what = format!("{name}{}", if fuse { "" } else { "_unfused" });
+            match check_emulated(&what, &graph, &program, &bindings, &want, fuse, gemm) {
+                Ok(()) => ran += 1,
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    assert_no_failures(ran, &failures);
+}
+
+fn random_programs(count: usize) -> Vec<(Graph, HashMap<String, HostTensor>, Program)> {
+    fuzz_graphs(count)
+        .into_iter()
+        .enumerate()
+        .map(|(case, (graph, bindings))| {
+            let opts = PassOptions {
+                fuse: case % 4 != 3,
+                ..PassOptions::default()
+            };
+            let opt = optimize(&graph, &opts).unwrap_or_else(|e| panic!("case {case}: {e}"));
+            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan)
+                .unwrap_or_else(|e| panic!("case {case}: lower: {e}"));
+            (graph, bindings, program)
+        })
+        .collect()
+}
+
+/// The differential fuzz of `cuda_exec.rs`, in the emulator: random graphs (every dtype,
+/// broadcasts, reductions, GEMMs, gathers; a quarter unfused) against the interpreter.
+/// `SMELT_FUZZ_CASES` sets the count (default 200).
+#[test]
+fn random_graphs_match_the_interpreter_in_the_emulator() {
+    if !compiler_or_skip("random_graphs_match_the_interpreter_in_the_emulator") {
+        return;
+    }
+    let all = random_programs(fuzz_cases(200));
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
+    let results: Vec<(usize, Result<bool, String>)> = std::thread::scope(|s| {
+        let jobs: Vec<_> = (0..workers)
+            .map(|w| {
+                let all = &all;
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for (case, (graph, bindings, program)) in all.iter().enumerate() {
+                        if case % workers != w {
+                            continue;
+                        }
+                        let Ok(want) = eval(graph, bindings) else {
+                            out.push((case, Ok(false)));
+                            continue;
+                        };
+                        let gemm = if case % 3 == 0 {
+                            GemmBackend::Fallback
+                        } else {
+                            GemmBackend::Cublas
+                        };
+                        let what = format!("case {case}");
+                        let r = check_emulated(
+                            &what,
+                            graph,
+                            program,
+                            bindings,
+                            &want,
+                            case % 2 == 0,
+                            gemm,
+                        );
+                        out.push((case, r.map(|()| true)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .flat_map(|j| j.join().expect("a fuzz worker does not panic"))
+            .collect()
+    });
+    let (mut ran, mut skipped) = (0, 0);
+    let mut failures = Vec::new();
+    for (case, r) in results {
+        match r {
+            Ok(true) => ran += 1,
+            Ok(false) => skipped += 1,
+            Err(e) => failures.push(format!("{e}\n{}", smelt_ir::text::print(&all[case].0))),
+        }
+    }
+    println!("{ran} random graphs checked in the emulator, {skipped} skipped (interpreter errors)");
+    assert_no_failures(ran, &failures);
+}
+
+/// A gather index outside its axis is the typed error of the GPU path (the kernels' status
+/// word); the word is cleared for the next run, which gives the interpreter's values.
+#[test]
+fn out_of_range_gathers_are_typed_errors_in_the_emulator() {
+    if !compiler_or_skip("out_of_range_gathers_are_typed_errors_in_the_emulator") {
+        return;
+    }
+    let mut g = Graph::new();
+    let t = g.param("table", DType::F32, [10, 6].as_slice()).unwrap();
+    let i = g.input("idx", DType::I64, [4].as_slice()).unwrap();
+    let s = g.index_select(t, i, 0).unwrap();
+    g.set_output("rows", s).unwrap();
+    let o = optimize(&g, &PassOptions::default()).unwrap();
+    let program = smelt_passes::kernel::lower(&o.graph, &o.plan).unwrap();
+    let table = tensor(DType::F32, &[10, 6], &floats(60, 3, 1.0, false));
+    let params = HashMap::from([("table".to_string(), table.clone())]);
+    let ids = |v: Vec<i64>| {
+        HashMap::from([(
+            "idx".to_string(),
+            HostTensor::from_i64([4].as_slice(), v).unwrap(),
+        )])
+    };
+    let mut exe = EmulatedProgram::compile(&program, &params, &EmulatorOptions::default()).unwrap();
+    exe.set_output_shape("rows", [4, 6].as_slice().into())
+        .unwrap();
+    for bad in [10i64, -11, i64::MAX] {
+        let e = exe.run(&ids(vec![3, bad, 9, 1])).unwrap_err();
+        assert!(
+            matches!(e, CudaExecError::IndexOutOfRange { .. }),
+            "id {bad}: {e}"
+        );
+    }
+    let good = ids(vec![3, 0, 9, 1]);
+    let mut with = good.clone();
+    with.insert("table".to_string(), table);
+    let want = eval(&g, &with).unwrap();
+    let got = exe.run(&good).unwrap();
+    check_bits("in-range gather after faults", &got[0].1, &want[0].1).unwrap();
+}
+
+/// Missing and mismatched inputs are the GPU path's typed errors, before anything runs.
+#[test]
+fn bad_inputs_are_typed_errors_in_the_emulator() {
+    if !compiler_or_skip("bad_inputs_are_typed_errors_in_the_emulator") {
+        return;
+    }
+    let (_, graph) = cuda_corpus_graphs::graphs()
+        .into_iter()
+        .find(|(n, _)| *n == "softmax")
+        .unwrap();
+    let program = cuda_corpus_graphs::lowered("softmax", &graph, true);
+    let exe =
+        EmulatedProgram::compile(&program, &HashMap::new(), &EmulatorOptions::default()).unwrap();
+    let e = exe.run(&HashMap::new()).unwrap_err();
+    assert!(matches!(e, CudaExecError::MissingBinding { .. }), "{e}");
+    let (name, _, _, _) = graph.bindings().next().unwrap();
+    let wrong = HashMap::from([(name.to_string(), tensor(DType::F64, &[3], &[1.0, 2.0, 3.0]))]);
+    let e = exe.run(&wrong).unwrap_err();
+    assert!(matches!(e, CudaExecError::Binding { .. }), "{e}");
+    assert!(e.to_string().contains(name), "{e}");
+}
+
+/// A batched GEMM with a transposed, batch-broadcast right operand, for every dtype: through
+/// the host stand-in for cuBLAS (float dtypes) and through the fallback GEMM kernel, against
+/// `eval_program`.
+#[test]
+fn host_and_fallback_gemms_match_eval_program_for_every_dtype() {
+    if !compiler_or_skip("host_and_fallback_gemms_match_eval_program_for_every_dtype") {
+        return;
+    }
+    for d in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+    ] {
+        let program = gemm_program(d, 3, 17, 33, 9);
+        let bindings: HashMap<String, HostTensor> = [("a", vec![3, 17, 33]), ("w", vec![9, 33])]
+            .into_iter()
+            .enumerate()
+            .map(|(seed, (n, dims))| {
+                let v = floats(dims.iter().product(), seed as u64, 8.0, false);
+                (n.to_string(), tensor(d, &dims, &v))
+            })
+            .collect();
+        let want = smelt_passes::kernel::eval_program(&program, &bindings).unwrap();
+        let (rt, at) = fuzz_tolerance(d, true);
+        for gemm in [GemmBackend::Cublas, GemmBackend::Fallback] {
+            let options = EmulatorOptions {
+                gemm,
+                ..EmulatorOptions::default()
+            };
+            let exe = EmulatedProgram::compile(&program, &HashMap::new(), &options).unwrap();
+            let planned_cublas = exe
+                .plan()
+                .steps
+                .iter()
+                .any(|s| matches!(s, LaunchStep::Cublas(_)));
+            assert_eq!(
+                planned_cublas,
+                gemm == GemmBackend::Cublas && d.is_float(),
+                "{d} {gemm:?}"
+            );
+            let got = exe.run(&bindings).unwrap();
+            check_close_with(
+                &format!("{d} {gemm:?}"),
+                &got[0].1,
+                &want[0].1,
+                rt,
+                at,
+                false,
+            )
+            .unwrap();
+        }
+    }
+}
+
+/// Views at offsets that are not multiples of a 16-byte pack (slices, narrowed rows, f16 and
+/// f64 as well as f32) run with the interpreter's values: the kernels use packs only where
+/// every access is aligned, and the emulator reports a misaligned pack as an error.
+#[test]
+fn unaligned_views_match_the_interpreter_in_the_emulator() {
+    use smelt_frontend::Tracer;
+    if !compiler_or_skip("unaligned_views_match_the_interpreter_in_the_emulator") {
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for d in [DType::F32, DType::F16, DType::F64] {
+        for (start, len) in [(1, 8), (2, 8), (3, 12), (4, 8), (1, 16)] {
+            let t = Tracer::new();
+            let x = t.input("x", d, [6, 20]).unwrap();
+            let y = t.input("y", d, [6, len]).unwrap();
+            let v = x.narrow(1, start, len).unwrap();
+            t.output("sum", &v.add(&y).unwrap()).unwrap();
+            t.output("rows", &x.slice(0, 1..5).unwrap().mul(2.0).unwrap())
+                .unwrap();
+            let graph = t.finish().unwrap();
+            let bindings = model_bindings(&graph, start as u64);
+            let want = eval(&graph, &bindings).unwrap();
+            let opt = optimize(&graph, &PassOptions::default()).unwrap();
+            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan).unwrap();
+            let what = format!("{d} narrow({start}, {len})");
+            match check_emulated(
+                &what,
+                &graph,
+                &program,
+                &bindings,
+                &want,
+                false,
+                GemmBackend::Cublas,
+            ) {
+                Ok(()) => ran += 1,
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    assert_no_failures(ran, &failures);
+}
