@@ -1,7 +1,10 @@
 //! The CUDA C of the launch path, run on the CPU by `smelt_runtime::cuda::emulate` (issue 5,
-//! without a GPU): the plan corpus and random graphs against the reference interpreter, with
-//! the tolerances of `cpu_exec_fuzz.rs`, through cuBLAS-planned GEMMs (computed on the host)
-//! and through the fallback GEMM kernels; range-checked gathers; bad bindings.
+//! without a GPU): the plan corpus, random graphs, row kernels at every strategy threshold
+//! and unaligned views against the reference interpreter, with the tolerances of
+//! `cpu_exec_fuzz.rs` (downstream of an accumulation, `eval_program`'s f32-accumulated value
+//! is accepted where it differs from the interpreter's f64 one); GEMMs through cuBLAS-planned
+//! calls (computed on the host) and through the fallback GEMM kernels; range-checked gathers;
+//! bad bindings.
 //!
 //! Needs a C++17 compiler (`c++`, `g++`, `clang++`, or `$SMELT_CXX`/`$CXX`); without one the
 //! tests print why and return, unless `SMELT_REQUIRE_CXX=1` (set by `scripts/test.sh`).
@@ -11,8 +14,8 @@ mod cpu_exec_support;
 mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
-    assert_no_failures, check_bits, check_close_with, floats, fuzz_cases, fuzz_graphs,
-    fuzz_tolerance, gemm_program, has_accumulation, model_bindings, tensor,
+    assert_no_failures, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
+    fuzz_graphs, fuzz_tolerance, gemm_program, model_bindings, tensor,
 };
 use smelt_ir::interp::eval;
 use smelt_ir::{DType, Graph, HostTensor};
@@ -67,29 +70,12 @@ fn check_emulated(
             .map_err(|e| format!("{what}: output shape: {e}"))?;
     }
     let got = exe.run(bindings).map_err(|e| format!("{what}: run: {e}"))?;
-    for (i, ((name, id), (_, w))) in graph.outputs().iter().zip(want).enumerate() {
-        let loose = has_accumulation(graph, *id, false);
-        let (rt, at) = fuzz_tolerance(w.dtype(), loose);
-        if got[i].1.shape() != w.shape() {
-            return Err(format!(
-                "{what}: output {name:?} shape {}",
-                got[i].1.shape()
-            ));
-        }
-        check_close_with(
-            &format!("{what}: output {name:?}"),
-            &got[i].1,
-            w,
-            rt,
-            at,
-            loose,
-        )?;
-    }
-    Ok(())
+    check_outputs(what, graph, program, bindings, want, &got)
 }
 
-/// Every corpus graph (with [`model_bindings`]), fused (cuBLAS-planned GEMMs, parameters bound at compile time) and
-/// unfused (fallback GEMM kernels, parameters bound at run time), on the same bindings.
+/// Every corpus graph (with [`model_bindings`]), fused (cuBLAS-planned GEMMs, parameters
+/// bound at compile time) and unfused (fallback GEMM kernels, parameters bound at run time),
+/// on the same bindings.
 #[test]
 fn corpus_programs_match_the_interpreter_in_the_emulator() {
     if !compiler_or_skip("corpus_programs_match_the_interpreter_in_the_emulator") {
@@ -348,6 +334,85 @@ fn unaligned_views_match_the_interpreter_in_the_emulator() {
                 Ok(()) => ran += 1,
                 Err(e) => failures.push(e),
             }
+        }
+    }
+    assert_no_failures(ran, &failures);
+}
+
+/// Row kernels on both sides of every threshold of `smelt_codegen::cuda`'s row strategies
+/// (thread per row up to 32, block per row above; registers up to 8 per thread, i.e. 4096,
+/// re-reads beyond; column reductions by thread from 2048 columns): softmax, layer_norm,
+/// sums, max and argmax over rows and columns, in f32, f16 and bf16, against the interpreter.
+#[test]
+fn row_kernels_at_every_strategy_threshold_match_the_interpreter_in_the_emulator() {
+    use smelt_frontend::{nn, Tracer};
+    if !compiler_or_skip("row_kernels_at_every_strategy_threshold_match_the_interpreter") {
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    let shapes = [
+        (7, 1),
+        (5, 31),
+        (5, 32),
+        (3, 33),
+        (3, 128),
+        (2, 4096),
+        (2, 4097),
+        (1, 9000),
+    ];
+    for d in [DType::F32, DType::F16, DType::BF16] {
+        for (rows, n) in shapes {
+            let t = Tracer::new();
+            let x = t.input("x", d, [rows, n]).unwrap();
+            t.output("softmax", &x.softmax(-1).unwrap()).unwrap();
+            t.output(
+                "layer_norm",
+                &nn::layer_norm(&x, &[n], None, None, 1e-5).unwrap(),
+            )
+            .unwrap();
+            t.output("sum", &x.sum(&[-1], false).unwrap()).unwrap();
+            t.output("max", &x.max(&[-1], false).unwrap()).unwrap();
+            t.output("argmax", &x.argmax(-1, false).unwrap()).unwrap();
+            t.output("column_sum", &x.sum(&[0], true).unwrap()).unwrap();
+            let graph = t.finish().unwrap();
+            let bindings = model_bindings(&graph, n as u64);
+            let want = eval(&graph, &bindings).unwrap();
+            let opt = optimize(&graph, &PassOptions::default()).unwrap();
+            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan).unwrap();
+            let what = format!("{d} [{rows}, {n}]");
+            let gemm = GemmBackend::Cublas;
+            match check_emulated(&what, &graph, &program, &bindings, &want, false, gemm) {
+                Ok(()) => ran += 1,
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    // Column reductions over many columns (the thread-per-column strategy).
+    for n in [2047, 2048, 3000] {
+        let t = Tracer::new();
+        let x = t.input("x", DType::F32, [40, n]).unwrap();
+        t.output("column_sum", &x.sum(&[0], false).unwrap())
+            .unwrap();
+        t.output("column_max", &x.max(&[0], false).unwrap())
+            .unwrap();
+        let graph = t.finish().unwrap();
+        let bindings = model_bindings(&graph, n as u64);
+        let want = eval(&graph, &bindings).unwrap();
+        let opt = optimize(&graph, &PassOptions::default()).unwrap();
+        let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan).unwrap();
+        let what = format!("columns [40, {n}]");
+        match check_emulated(
+            &what,
+            &graph,
+            &program,
+            &bindings,
+            &want,
+            false,
+            GemmBackend::Cublas,
+        ) {
+            Ok(()) => ran += 1,
+            Err(e) => failures.push(e),
         }
     }
     assert_no_failures(ran, &failures);

@@ -17,8 +17,8 @@ mod cpu_exec_support;
 mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
-    assert_no_failures, check_bits, check_close_with, floats, fuzz_cases, fuzz_graphs,
-    fuzz_tolerance, gemm_program, has_accumulation, model_bindings, tensor,
+    assert_no_failures, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
+    fuzz_graphs, fuzz_tolerance, gemm_program, model_bindings, tensor,
 };
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -402,24 +402,7 @@ fn check_on_gpu(
     };
     let exe = compile(program, graph, &params, &CudaOptions::default())?;
     let got = exe.run(bindings).map_err(|e| format!("run: {e}"))?;
-    for (i, ((name, id), (_, w))) in graph.outputs().iter().zip(&want).enumerate() {
-        let loose = has_accumulation(graph, *id, false);
-        let (rt, at) = fuzz_tolerance(w.dtype(), loose);
-        if got[i].1.shape() != w.shape() {
-            return Err(format!(
-                "{what}: output {name:?} shape {}",
-                got[i].1.shape()
-            ));
-        }
-        check_close_with(
-            &format!("{what}: output {name:?}"),
-            &got[i].1,
-            w,
-            rt,
-            at,
-            loose,
-        )?;
-    }
+    check_outputs(what, graph, program, bindings, &want, &got)?;
     Ok(true)
 }
 

@@ -355,6 +355,46 @@ pub fn model_bindings(graph: &Graph, seed: u64) -> std::collections::HashMap<Str
         .collect()
 }
 
+/// Checks a device's outputs `got` of `program` (lowered from `graph`) against `want`, the
+/// interpreter's, with the differential fuzz tolerances. Downstream of an accumulation the
+/// interpreter accumulates f32 in f64 and the kernels in f32, like `eval_program`: where that
+/// changes a value beyond any tolerance (a product whose f32 partials overflow and then meet a
+/// zero gives NaN, not 0, and a comparison after it a different bool), `eval_program`'s value
+/// is accepted instead.
+pub fn check_outputs(
+    what: &str,
+    graph: &Graph,
+    program: &Program,
+    bindings: &std::collections::HashMap<String, HostTensor>,
+    want: &[(String, HostTensor)],
+    got: &[(String, HostTensor)],
+) -> Result<(), String> {
+    let mut second: Option<Option<Vec<(String, HostTensor)>>> = None;
+    for (i, ((name, id), (_, w))) in graph.outputs().iter().zip(want).enumerate() {
+        let loose = has_accumulation(graph, *id, false);
+        let (rt, at) = fuzz_tolerance(w.dtype(), loose);
+        if got[i].1.shape() != w.shape() {
+            return Err(format!(
+                "{what}: output {name:?} shape {}",
+                got[i].1.shape()
+            ));
+        }
+        let what = format!("{what}: output {name:?}");
+        let Err(e) = check_close_with(&what, &got[i].1, w, rt, at, loose) else {
+            continue;
+        };
+        if !loose {
+            return Err(e);
+        }
+        let oracle = second.get_or_insert_with(|| eval_program(program, bindings).ok());
+        match oracle {
+            Some(o) if check_close_with(&what, &got[i].1, &o[i].1, rt, at, loose).is_ok() => {}
+            _ => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Whether the value of `out` depends on a reduction or a matmul (`gemm_only`: a matmul).
 pub fn has_accumulation(g: &Graph, out: NodeId, gemm_only: bool) -> bool {
     let mut seen = vec![false; g.len()];
