@@ -22,6 +22,8 @@
 //! `Device::Auto` (the default) runs on CUDA GPU 0 when one is usable and NVRTC loads (fused
 //! kernels compiled with NVRTC, GEMMs through cuBLAS; see `docs/cuda.md`), else the fused kernels
 //! JIT-compiled for the host CPU when the `llvm` feature is on, else the reference interpreter.
+//! `Device::CudaEmulated` runs the CUDA backend's kernels on the CPU under an emulation of
+//! CUDA's thread model, to test them without a GPU.
 
 /// The README's examples run as doctests, so they stay true.
 #[cfg(doctest)]
@@ -130,6 +132,11 @@ enum Backend {
         cuda: Box<smelt_runtime::cuda::CudaProgram>,
         codegen: CudaCodegen,
     },
+    /// The lowered kernel program's CUDA C on the CPU emulator of CUDA's thread model.
+    CudaEmulated {
+        program: Box<smelt_passes::kernel::Program>,
+        emulated: Box<smelt_runtime::cuda::emulate::EmulatedProgram>,
+    },
 }
 
 /// Outputs of a run, in the graph's output order, looked up by name.
@@ -177,6 +184,14 @@ pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
                 program: Box::new(program),
                 cuda: Box::new(cuda),
                 codegen,
+            }
+        }
+        Device::CudaEmulated => {
+            let program = smelt_passes::kernel::lower(&optimized.graph, &optimized.plan)?;
+            let emulated = emulated_program(&program, &optimized.graph, &HashMap::new())?;
+            Backend::CudaEmulated {
+                program: Box::new(program),
+                emulated: Box::new(emulated),
             }
         }
         _ => Backend::Reference,
@@ -242,6 +257,24 @@ fn cuda_program(
             .map_err(cuda_err)?;
     }
     Ok(cuda)
+}
+
+/// Builds `program`'s CUDA C for the CPU emulator with `params` bound, and gives its outputs
+/// the shapes of `graph`'s outputs.
+fn emulated_program(
+    program: &smelt_passes::kernel::Program,
+    graph: &Graph,
+    params: &HashMap<String, HostTensor>,
+) -> Result<smelt_runtime::cuda::emulate::EmulatedProgram> {
+    use smelt_runtime::cuda::emulate::{EmulatedProgram, EmulatorOptions};
+    let mut emulated =
+        EmulatedProgram::compile(program, params, &EmulatorOptions::default()).map_err(cuda_err)?;
+    for (name, id) in graph.outputs() {
+        emulated
+            .set_output_shape(name, graph.ty(*id).shape.clone())
+            .map_err(cuda_err)?;
+    }
+    Ok(emulated)
 }
 
 impl Compiled {
@@ -325,6 +358,9 @@ impl Compiled {
                 let n = cuda.device_info().ordinal;
                 **cuda = cuda_program(program, &self.optimized.graph, &self.params, n, *codegen)?;
             }
+            Backend::CudaEmulated { program, emulated } => {
+                **emulated = emulated_program(program, &self.optimized.graph, &self.params)?;
+            }
             Backend::Reference => {}
         }
         Ok(())
@@ -348,6 +384,9 @@ impl Compiled {
                 })?))
             }
             Backend::Cuda { cuda, .. } => Ok(Outputs(cuda.run(inputs).map_err(cuda_err)?)),
+            Backend::CudaEmulated { emulated, .. } => {
+                Ok(Outputs(emulated.run(inputs).map_err(cuda_err)?))
+            }
         }
     }
 
@@ -364,7 +403,7 @@ impl Compiled {
                 .run_into(inputs, outputs)
                 .map_err(|e| Error::Runtime(smelt_runtime::RuntimeError::from(e))),
             Backend::Cuda { cuda, .. } => cuda.run_into(inputs, outputs).map_err(cuda_err),
-            Backend::Reference => {
+            Backend::Reference | Backend::CudaEmulated { .. } => {
                 let out = self.run(inputs)?;
                 if out.0.len() != outputs.len() {
                     return Err(Error::Usage(format!(

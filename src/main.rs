@@ -52,7 +52,8 @@ enum Command {
         /// Where to write the outputs (safetensors, by output name).
         #[arg(long)]
         out: PathBuf,
-        /// reference, cpu, cuda, cuda:N or auto.
+        /// reference, cpu, cuda, cuda:N, cuda-emulated (the CUDA kernels on a CPU emulator) or
+        /// auto.
         #[arg(long, default_value = "auto")]
         device: String,
         /// Run one kernel per op (the unfused baseline).
@@ -122,7 +123,8 @@ enum Command {
     },
     /// Compile a built-in model (a BERT-style encoder layer) and run it on the best device.
     Demo {
-        /// reference, cpu, cuda, cuda:N or auto.
+        /// reference, cpu, cuda, cuda:N, cuda-emulated (the CUDA kernels on a CPU emulator) or
+        /// auto.
         #[arg(long, default_value = "auto")]
         device: String,
         /// Sequence length of the demo input.

@@ -281,6 +281,12 @@ pub fn run_demo(device: Device, seq: usize) -> Result<String> {
         ms(unfused_time),
         unfused_time.as_secs_f64() / fused_time.as_secs_f64().max(1e-12)
     );
+    if fused.device() == Device::CudaEmulated {
+        let _ = writeln!(
+            s,
+            "         (the CUDA kernels on a CPU emulator: these times say nothing about a GPU)"
+        );
+    }
     let verdict = if err <= 1.0 {
         "matches"
     } else {

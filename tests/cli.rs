@@ -88,15 +88,17 @@ fn run_reads_and_writes_safetensors() {
     // x·w by hand: rows [1+3, 2+3] and [-1-3, -2-3], then relu.
     assert_eq!(y.to_f32_vec(), vec![4.0, 5.0, 0.0, 0.0]);
 
-    // The fused CPU backend, fused and unfused, gives the same (exact: small integers).
+    // The fused CPU backend, fused and unfused, and the CUDA kernels on the emulator give the
+    // same (exact: small integers).
     for extra in [
         &["--device", "cpu"][..],
         &["--device", "cpu", "--no-fuse"][..],
+        &["--device", "cuda-emulated"][..],
     ] {
         let out = smelt_run(&file, &inp, &outp, extra);
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(
-            text(&out.stdout).contains("on cpu"),
+            text(&out.stdout).contains(&format!("on {}", extra[1])),
             "{}",
             text(&out.stdout)
         );
@@ -202,6 +204,29 @@ fn demo_runs_and_reports() {
     assert!(
         stdout.contains("fused output matches the reference"),
         "{stdout}"
+    );
+}
+
+/// `smelt demo --device cuda-emulated` runs the encoder layer's CUDA kernels on the CPU
+/// emulator, checks them against the interpreter and says its times are not a GPU's; `smelt
+/// bench` refuses the emulator.
+#[test]
+fn demo_runs_the_cuda_kernels_on_the_emulator() {
+    let out = smelt(&["demo", "--seq", "4", "--device", "cuda-emulated"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("device:  cuda-emulated"), "{stdout}");
+    assert!(stdout.contains("say nothing about a GPU"), "{stdout}");
+    assert!(
+        stdout.contains("fused output matches the reference"),
+        "{stdout}"
+    );
+    let out = smelt(&["bench", "--device", "cuda-emulated", "--quick"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("benchmark --device cpu or cuda"),
+        "{}",
+        text(&out.stderr)
     );
 }
 

@@ -141,8 +141,28 @@ fn packed_linear_weights_match_the_reference() {
     let mut all = inputs.clone();
     all.extend(params.clone());
     let want = compile(Device::Reference, false).run(&all).unwrap();
-    for (bound, feed) in [(true, &inputs), (false, &all)] {
-        let got = compile(Device::Cpu, bound).run(feed).unwrap();
+    // The CUDA kernels on the CPU emulator too (C++ compiler required under scripts/test.sh).
+    let mut devices = vec![Device::Cpu];
+    match Device::CudaEmulated.resolve() {
+        Ok(_) => devices.push(Device::CudaEmulated),
+        Err(e) if std::env::var("SMELT_REQUIRE_CXX").as_deref() == Ok("1") => panic!("{e}"),
+        Err(e) => println!("cuda-emulated skipped: {e}"),
+    }
+    let runs = devices
+        .iter()
+        .flat_map(|&d| [(d, true, &inputs), (d, false, &all)]);
+    for (device, bound, feed) in runs {
+        let mut compiled = compile(device, bound);
+        let mut got = compiled.run(feed).unwrap();
+        if !bound {
+            // Bound later, then run into preallocated outputs.
+            compiled.bind_params(params.clone()).unwrap();
+            let mut outs: Vec<HostTensor> = got.iter().map(|(_, t)| t.clone()).collect();
+            compiled.run_into(&inputs, &mut outs).unwrap();
+            for ((_, g), o) in got.0.iter_mut().zip(outs) {
+                assert_eq!(*g, o, "{device}: run_into after bind_params");
+            }
+        }
         for name in ["y", "w_sum"] {
             let (g, w) = (
                 got.get(name).unwrap().to_f32_vec(),
@@ -152,7 +172,7 @@ fn packed_linear_weights_match_the_reference() {
             for (i, (g, w)) in g.iter().zip(&w).enumerate() {
                 assert!(
                     (g - w).abs() <= 1e-5 + 1e-5 * w.abs(),
-                    "{name}[{i}] = {g}, the reference says {w} (bound: {bound})"
+                    "{device}: {name}[{i}] = {g}, the reference says {w} (bound: {bound})"
                 );
             }
         }

@@ -17,6 +17,10 @@ pub enum Device {
     Cpu,
     /// Fused kernels on CUDA device `n`.
     Cuda(usize),
+    /// The CUDA backend's kernels and launch plan run on the CPU by an emulator of CUDA's
+    /// thread model (`cuda::emulate`; needs a C++ compiler, no GPU): for testing and
+    /// debugging the CUDA C on machines without a GPU. Slow; never chosen by `Auto`.
+    CudaEmulated,
 }
 
 impl Device {
@@ -51,6 +55,13 @@ impl Device {
                     reason: format!("{e}\nuse --device cpu or reference"),
                 }),
             },
+            Device::CudaEmulated => match crate::cuda::emulate::host_compiler(None) {
+                Ok(_) => Ok(Device::CudaEmulated),
+                Err(e) => Err(RuntimeError::DeviceNotAvailable {
+                    device: self,
+                    reason: e.to_string(),
+                }),
+            },
         }
     }
 }
@@ -66,6 +77,7 @@ impl fmt::Display for Device {
             Device::Reference => f.write_str("reference"),
             Device::Cpu => f.write_str("cpu"),
             Device::Cuda(n) => write!(f, "cuda:{n}"),
+            Device::CudaEmulated => f.write_str("cuda-emulated"),
         }
     }
 }
@@ -73,13 +85,14 @@ impl fmt::Display for Device {
 impl FromStr for Device {
     type Err = RuntimeError;
 
-    /// Parses `auto`, `reference`, `cpu`, `cuda` (device 0) or `cuda:N`.
+    /// Parses `auto`, `reference`, `cpu`, `cuda` (device 0), `cuda:N` or `cuda-emulated`.
     fn from_str(s: &str) -> Result<Device> {
         match s {
             "auto" => Ok(Device::Auto),
             "reference" | "ref" => Ok(Device::Reference),
             "cpu" => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda(0)),
+            "cuda-emulated" | "cuda-emu" => Ok(Device::CudaEmulated),
             _ => s
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse().ok())
@@ -100,6 +113,7 @@ mod tests {
             Device::Reference,
             Device::Cpu,
             Device::Cuda(3),
+            Device::CudaEmulated,
         ] {
             assert_eq!(d.to_string().parse::<Device>().unwrap(), d);
         }

@@ -9,7 +9,7 @@ pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 pub enum RuntimeError {
     #[error("device {device} is not available: {reason}")]
     DeviceNotAvailable { device: Device, reason: String },
-    #[error("unknown device {0:?} (expected auto, reference, cpu, cuda or cuda:N)")]
+    #[error("unknown device {0:?} (expected auto, reference, cpu, cuda, cuda:N or cuda-emulated)")]
     UnknownDevice(String),
     #[error("{}\nthe graph expects:\n{expected}", problems.join("\n"))]
     Bindings {

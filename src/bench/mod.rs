@@ -15,7 +15,7 @@ pub mod report;
 pub mod run;
 pub mod stream;
 
-use crate::{Device, MathMode, Result};
+use crate::{Device, Error, MathMode, Result};
 use cases::Size;
 use run::Budget;
 use serde::Serialize;
@@ -111,6 +111,13 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
     // Fail before measuring anything: an unknown case or an unusable device.
     let selected = cases::select(&opts.cases)?;
     let device = opts.device.resolve()?;
+    if device == Device::CudaEmulated {
+        return Err(Error::Usage(
+            "cuda-emulated runs the CUDA kernels on a CPU emulator, whose timings say nothing \
+             about a GPU: benchmark --device cpu or cuda"
+                .into(),
+        ));
+    }
     let size = if opts.quick { Size::Quick } else { Size::Full };
     let mut budget = if opts.quick {
         Budget::quick()

@@ -127,6 +127,16 @@ unsafe impl Send for EmulatedProgram {}
 // SAFETY: as above; shared access goes through the locks.
 unsafe impl Sync for EmulatedProgram {}
 
+impl std::fmt::Debug for EmulatedProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmulatedProgram")
+            .field("entries", &self.plan.entries)
+            .field("arena_bytes", &self.plan.arena_bytes)
+            .field("const_bytes", &self.plan.const_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
 fn emu_err(message: impl Into<String>) -> CudaExecError {
     CudaExecError::Emulator(message.into())
 }
