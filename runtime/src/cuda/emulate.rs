@@ -55,6 +55,11 @@ pub struct EmulatorOptions {
     pub gemm: GemmBackend,
     /// The C++ compiler; `None`: `$SMELT_CXX`, `$CXX`, then `c++`, `g++`, `clang++`.
     pub compiler: Option<PathBuf>,
+    /// Launch at most this many blocks per kernel (`None`: the plan's grid). Every generated
+    /// kernel is a grid-stride loop, correct for any grid, so a small limit makes each block
+    /// loop over several rows or chunks, exercising what only large shapes reach on a GPU
+    /// (shared scratch reused by the next row of the same block, among others).
+    pub grid_limit: Option<u32>,
 }
 
 impl Default for EmulatorOptions {
@@ -62,6 +67,7 @@ impl Default for EmulatorOptions {
         EmulatorOptions {
             gemm: GemmBackend::Cublas,
             compiler: None,
+            grid_limit: None,
         }
     }
 }
@@ -69,9 +75,11 @@ impl Default for EmulatorOptions {
 type Entry = unsafe extern "C" fn(u32, u32, *mut *mut c_void) -> i32;
 type LastError = unsafe extern "C" fn() -> *const c_char;
 
-/// Zeroed host memory aligned like a device allocation ([`DEVICE_ALIGN`]).
+/// Zeroed host memory aligned like a device allocation ([`DEVICE_ALIGN`]), addressed through
+/// one raw pointer taken at allocation (kernels write through copies of it).
 struct Region {
-    words: Vec<AlignedChunk>,
+    _chunks: Vec<AlignedChunk>,
+    ptr: *mut u8,
     bytes: usize,
 }
 
@@ -79,22 +87,28 @@ struct Region {
 #[repr(C, align(256))]
 struct AlignedChunk([u8; DEVICE_ALIGN]);
 
+const _: () = assert!(std::mem::align_of::<AlignedChunk>() == DEVICE_ALIGN);
+
 impl Region {
     fn new(bytes: usize) -> Region {
+        let mut chunks = vec![AlignedChunk([0; DEVICE_ALIGN]); bytes.div_ceil(DEVICE_ALIGN).max(1)];
+        let ptr = chunks.as_mut_ptr().cast::<u8>();
         Region {
-            words: vec![AlignedChunk([0; DEVICE_ALIGN]); bytes.div_ceil(DEVICE_ALIGN).max(1)],
+            _chunks: chunks,
+            ptr,
             bytes,
         }
     }
 
     fn addr(&self) -> u64 {
-        self.words.as_ptr() as u64
+        self.ptr as u64
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: the chunks are plain bytes without padding, contiguous in the vector, and
-        // hold at least `bytes` bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.bytes) }
+        // SAFETY: `ptr` points at the vector's chunks (never reallocated), plain bytes without
+        // padding holding at least `bytes` bytes; `&mut self` excludes other uses through Rust
+        // references, and kernels run only while no such slice is alive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
     }
 }
 
@@ -114,6 +128,7 @@ pub struct EmulatedProgram {
     /// write only temporaries).
     consts: Region,
     state: Mutex<RunState>,
+    grid_limit: Option<u32>,
     output_shapes: Vec<Shape>,
     checked_kernels: String,
     translation_unit: String,
@@ -165,20 +180,30 @@ pub fn host_compiler(explicit: Option<&Path>) -> ExecResult<PathBuf> {
     ))
 }
 
-/// A fresh private folder under the temp dir.
+/// A fresh private folder under the temp dir (mode 0700 on Unix; an existing folder of the
+/// same name is never reused, so nobody else can have put a library there).
 fn scratch_dir() -> ExecResult<PathBuf> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        "smelt-emu-{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| emu_err(format!("cannot create {}: {e}", dir.display())))?;
-    Ok(dir)
+    let mut last = None;
+    for _ in 0..16 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "smelt-emu-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        match builder.create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last = Some((dir, e)),
+        }
+    }
+    let (dir, e) = last.expect("at least one attempt");
+    Err(emu_err(format!("cannot create {}: {e}", dir.display())))
 }
 
 /// The translation unit the host compiler builds: the emulator header, the plan's CUDA C, one
@@ -223,6 +248,12 @@ fn build_library(tu: &str, compiler: &Path, extra: &[&str]) -> ExecResult<libloa
                 "-fno-strict-aliasing",
             ])
             .args(["-fsanitize=alignment", "-fvisibility=hidden"])
+            // The fibers' stack switch returns onto another stack: no shadow stacks.
+            .args(if cfg!(target_arch = "x86_64") {
+                &["-fcf-protection=none"][..]
+            } else {
+                &[]
+            })
             .args(extra)
             .arg("-I")
             .arg(&dir)
@@ -230,7 +261,9 @@ fn build_library(tu: &str, compiler: &Path, extra: &[&str]) -> ExecResult<libloa
             .arg(&obj)
             .arg(dir.join("program.cpp"));
         let mut link = Command::new(compiler);
-        link.args(["-shared", "-Wl,-Bsymbolic", "-o"])
+        // Every symbol resolved at link time (not at a kernel's first call), bound inside the
+        // library.
+        link.args(["-shared", "-Wl,-Bsymbolic", "-Wl,-z,defs", "-o"])
             .arg(&lib)
             .arg(&obj);
         for (step, mut cmd) in [("compile", compile), ("link", link)] {
@@ -317,6 +350,7 @@ impl EmulatedProgram {
                 arena: Region::new(plan.arena_bytes),
                 ptrs,
             }),
+            grid_limit: options.grid_limit,
             output_shapes: plan
                 .outputs
                 .iter()
@@ -408,6 +442,12 @@ impl EmulatedProgram {
         for step in &self.plan.steps {
             match step {
                 LaunchStep::Kernel(k) => {
+                    if k.shared_bytes != 0 {
+                        return Err(emu_err(format!(
+                            "kernel {}: {} bytes of dynamic shared memory (not emulated)",
+                            self.plan.entries[k.entry], k.shared_bytes
+                        )));
+                    }
                     let mut values: Vec<u64> = k.args.iter().map(value).collect();
                     let mut params: Vec<*mut c_void> = values
                         .iter_mut()
@@ -417,8 +457,8 @@ impl EmulatedProgram {
                     // then `long long n`, 8 bytes each: the launch contract) from `params`;
                     // every pointer covers its buffer in the arena or the constant region
                     // (placed by the plan, sizes checked above), as on the GPU.
-                    let rc =
-                        unsafe { (self.entries[k.entry])(k.grid, k.block, params.as_mut_ptr()) };
+                    let grid = self.grid_limit.map_or(k.grid, |g| k.grid.min(g.max(1)));
+                    let rc = unsafe { (self.entries[k.entry])(grid, k.block, params.as_mut_ptr()) };
                     if rc != 0 {
                         // SAFETY: a NUL-terminated string owned by the library's thread-local
                         // state, read before anything else runs on this thread.
@@ -428,7 +468,7 @@ impl EmulatedProgram {
                             "kernel {} (step {}, grid {} x block {}): {msg}{}",
                             self.plan.entries[k.entry],
                             k.step,
-                            k.grid,
+                            grid,
                             k.block,
                             self.quote_line(&msg)
                         )));
@@ -593,8 +633,36 @@ extern "C" __global__ void misaligned(float* out, long long n) {
     const pack4 p = *reinterpret_cast<const pack4*>(out + 4 * threadIdx.x + 1);
     out[threadIdx.x] = p.v[0];
 }
+// sm_block_reduce's shape, called twice on one scratch array; without the first barrier a
+// warp that runs ahead overwrites a partial another warp has not read yet.
+template <bool BARRIER>
+__device__ int block_sum(int v, int* scratch) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    if (BARRIER) __syncthreads();
+    if (lane == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = scratch[lane & (warps - 1)];
+    for (int o = warps >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <bool BARRIER>
+__device__ void two_sums(int* out) {
+    __shared__ int scratch[32];
+    const int a = block_sum<BARRIER>(threadIdx.x, scratch);
+    const int b = block_sum<BARRIER>(1000 * threadIdx.x, scratch);
+    out[threadIdx.x] = a + b;
+}
+extern "C" __global__ void two_sums_with_barrier(int* out, long long n) { two_sums<true>(out); }
+extern "C" __global__ void two_sums_without_barrier(int* out, long long n) { two_sums<false>(out); }
+extern "C" __global__ void scale_tiny(float* out, long long n) {
+    out[threadIdx.x] = __fmul_rn(out[threadIdx.x], 1e-10f);
+}
 SMELT_EMU_ENTRY(shuffle)
 SMELT_EMU_ENTRY(reverse)
+SMELT_EMU_ENTRY(scale_tiny)
+SMELT_EMU_ENTRY(two_sums_with_barrier)
+SMELT_EMU_ENTRY(two_sums_without_barrier)
 SMELT_EMU_ENTRY(misaligned)
 SMELT_EMU_ENTRY(exit_before_barrier)
 SMELT_EMU_ENTRY(divergent_shuffle)
@@ -673,16 +741,63 @@ SMELT_EMU_ENTRY(divergent_shuffle)
             let mut out = vec![0i32; 64];
             let e = launch(lib, "exit_before_barrier", 1, 64, &mut out).unwrap_err();
             assert!(e.contains("cannot go on"), "{what}: {e}");
-            assert!(e.contains("3-3 exited"), "{what}: {e}");
+            assert!(
+                e.contains("threads 0-2 at __syncthreads (line 16), 3-3 exited, 4-63 at"),
+                "{what}: {e}"
+            );
             let e = launch(lib, "divergent_shuffle", 1, 32, &mut out).unwrap_err();
             assert!(
-                e.contains("0-15 at a warp shuffle, 16-31 exited"),
+                e.contains("threads 0-15 at a warp shuffle (line 21), 16-31 exited"),
                 "{what}: {e}"
             );
             // The library is usable after a failed launch.
             let mut ok = vec![0f32; 32];
             launch(lib, "shuffle", 1, 32, &mut ok).unwrap();
             assert_eq!(ok[0], 50.0, "{what}");
+        });
+    }
+
+    /// Warps run ahead of each other between barriers, so a missing `__syncthreads` gives
+    /// wrong results rather than passing by luck.
+    #[test]
+    fn a_missing_barrier_between_warps_shows_in_the_results() {
+        each_context_switch(|lib, what| {
+            let (n, sum) = (128usize, 127 * 128 / 2);
+            let mut out = vec![0i32; n];
+            launch(lib, "two_sums_with_barrier", 1, n as u32, &mut out).unwrap();
+            assert!(
+                out.iter().all(|&v| v == sum + 1000 * sum),
+                "{what}: {out:?}"
+            );
+            launch(lib, "two_sums_without_barrier", 1, n as u32, &mut out).unwrap();
+            assert!(
+                out.iter().any(|&v| v != sum + 1000 * sum),
+                "{what}: {out:?}"
+            );
+        });
+    }
+
+    /// Kernels keep subnormals (CUDA's default) even when the calling thread flushes them.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[allow(deprecated)] // _mm_getcsr/_mm_setcsr: the only way to set MXCSR from Rust
+    fn kernels_keep_subnormals_whatever_the_caller_sets() {
+        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+        each_context_switch(|lib, what| {
+            let mut out = vec![1e-30f32; 32];
+            // SAFETY: reads, then sets flush-to-zero and denormals-are-zero on this thread only
+            // (restored below); no Rust code relies on subnormals meanwhile.
+            let saved = unsafe {
+                let saved = _mm_getcsr();
+                _mm_setcsr(saved | 0x8040);
+                saved
+            };
+            let r = launch(lib, "scale_tiny", 1, 32, &mut out);
+            // SAFETY: the saved value.
+            unsafe { _mm_setcsr(saved) };
+            r.unwrap();
+            assert_eq!(out[0], 1e-30f32 * 1e-10f32, "{what}");
+            assert!(out[0] != 0.0 && out[0].is_subnormal(), "{what}");
         });
     }
 

@@ -82,13 +82,13 @@ static inline unsigned int atomicOr(unsigned int* p, unsigned int v) {
 
 namespace smelt_emu {
 
-#if defined(__x86_64__) && !defined(SMELT_EMU_UCONTEXT)
+#if defined(__x86_64__) && defined(__ELF__) && !defined(SMELT_EMU_UCONTEXT)
 // switch_stack(&from, to): pushes the callee-saved registers, MXCSR and the x87 control word
 // (what the SysV ABI says a call preserves), saves the stack pointer in `from`, then pops the
 // same from stack `to` and returns into that context. No system call, unlike swapcontext.
 extern "C" void smelt_emu_switch_stack(void** from, void* to);
 asm(R"(
-    .text
+    .pushsection .text
     .p2align 4
     .type smelt_emu_switch_stack,@function
 smelt_emu_switch_stack:
@@ -114,6 +114,7 @@ smelt_emu_switch_stack:
     popq %rbp
     ret
     .size smelt_emu_switch_stack, .-smelt_emu_switch_stack
+    .popsection
 )");
 
 struct Context {
@@ -128,10 +129,8 @@ inline void start_context(Context& c, char* stack, size_t size, Context&, void (
     frame[1] = nullptr;
     for (int r = 1; r <= 6; ++r) frame[-r] = nullptr;  // rbp, rbx, r12-r15
     uint32_t* control = (uint32_t*)(frame - 7);
-    unsigned short fpu;
-    asm volatile("fnstcw %0" : "=m"(fpu));
-    control[0] = __builtin_ia32_stmxcsr();
-    control[1] = fpu;
+    control[0] = 0x1f80;  // MXCSR and x87 control word: the ABI's defaults (thread_main sets
+    control[1] = 0x037f;  // them again for the ucontext path)
     c.sp = frame - 7;
 }
 #else
@@ -153,6 +152,7 @@ enum State { READY, AT_SYNCTHREADS, AT_SHUFFLE, DONE, FAULTED };
 struct Thread {
     Context ctx;
     State state;
+    int line;  // the source line of the barrier or shuffle it waits at
     uint64_t value;  // the value this lane offers at a shuffle, then the value it receives
     int lane_mask;   // the xor of the shuffle it waits at
 };
@@ -177,11 +177,12 @@ inline thread_local char fault[256];
 
 constexpr size_t STACK_BYTES = 64 * 1024;
 
-// Back to the scheduler; returns when this thread may go on.
-inline void park(State why) {
+// Back to the scheduler, waiting at source line `line`; returns when this thread may go on.
+inline void park(State why, int line = 0) {
     Block* b = running;
     Thread& t = b->threads[b->current];
     t.state = why;
+    t.line = line;
     switch_to(t.ctx, b->scheduler);
 }
 
@@ -193,6 +194,13 @@ inline void park(State why) {
 }
 
 [[noreturn]] inline void thread_main() {
+#if defined(__x86_64__)
+    // The kernels' floating-point environment is CUDA's (round to nearest, subnormals kept),
+    // whatever the calling thread set (flush-to-zero, say).
+    __builtin_ia32_ldmxcsr(0x1f80);
+    const unsigned short x87 = 0x037f;
+    asm volatile("fldcw %0" : : "m"(x87));
+#endif
     Block* b = running;
     b->body(b->closure);
     park(DONE);  // never resumed
@@ -210,76 +218,96 @@ inline const char* state_name(State s) {
     return "?";
 }
 
-// "0-31 at a warp shuffle, 32-63 exited" into `out` (truncated to `cap` bytes).
+// "0-31 at a warp shuffle (line 120), 32-63 exited" into `out` (truncated to `cap` bytes).
 inline void describe(const Block& b, char* out, size_t cap) {
     size_t n = b.n, i = 0, used = 0;
     out[0] = 0;
+    auto same = [&](size_t x, size_t y) {
+        return b.threads[x].state == b.threads[y].state &&
+               (b.threads[x].state == DONE || b.threads[x].line == b.threads[y].line);
+    };
     while (i < n && used + 1 < cap) {
         size_t j = i;
-        while (j + 1 < n && b.threads[j + 1].state == b.threads[i].state) ++j;
-        int w = snprintf(out + used, cap - used, "%s%zu-%zu %s", used ? ", " : "", i, j,
-                         state_name(b.threads[i].state));
+        while (j + 1 < n && same(j + 1, i)) ++j;
+        const Thread& t = b.threads[i];
+        char at[32] = "";
+        if (t.state == AT_SYNCTHREADS || t.state == AT_SHUFFLE)
+            snprintf(at, sizeof at, " (line %d)", t.line);
+        int w = snprintf(out + used, cap - used, "%s%zu-%zu %s%s", used ? ", " : "", i, j,
+                         state_name(t.state), at);
         if (w < 0) break;
         used += (size_t)w;
         i = j + 1;
     }
 }
 
-// Runs every thread of the current block to its end. Returns false (with last_error set) when
-// a barrier can never complete.
-inline bool run_block(Block& b) {
-    const size_t n = b.n;
+// Runs the lanes of the warp starting at thread `w` until none can go on by itself: each runs
+// to its next barrier, and a shuffle is released as soon as all 32 lanes are at one. Sets
+// `progressed` when a lane ran. Returns false (with last_error set) on a fault or a shuffle in
+// a partial warp.
+inline bool run_warp(Block& b, size_t w, bool& progressed) {
+    const size_t end = w + 32 < b.n ? w + 32 : b.n;
     for (;;) {
-        bool ran = false;
-        for (size_t i = 0; i < n; ++i) {
+        for (size_t i = w; i < end; ++i) {
             if (b.threads[i].state != READY) continue;
             b.current = (unsigned)i;
             threadIdx = uint3{(unsigned)i, 0, 0};
             switch_to(b.scheduler, b.threads[i].ctx);
-            ran = true;
+            progressed = true;
             if (b.threads[i].state == FAULTED) {
                 SMELT_EMU_ERROR(last_error, "%s", fault);
                 fault[0] = 0;
                 return false;
             }
         }
-        size_t live = 0, at_sync = 0;
-        bool released = false;
-        for (size_t w = 0; w < n; w += 32) {
-            const size_t end = w + 32 < n ? w + 32 : n;
-            size_t shuffling = 0;
-            for (size_t i = w; i < end; ++i) shuffling += b.threads[i].state == AT_SHUFFLE;
-            if (shuffling == 0) continue;
-            if (shuffling != 32) {
-                if (end - w != 32) {
-                    SMELT_EMU_ERROR(last_error,
-                                    "a full-mask warp shuffle in a partial warp of %zu threads "
-                                    "(block %u)",
-                                    end - w, blockIdx.x);
-                    return false;
-                }
-                continue;  // the other lanes may still be on their way
-            }
-            uint64_t offered[32];
-            for (size_t l = 0; l < 32; ++l) offered[l] = b.threads[w + l].value;
-            for (size_t l = 0; l < 32; ++l) {
-                Thread& t = b.threads[w + l];
-                const size_t src = l ^ (size_t)t.lane_mask;
-                t.value = src < 32 ? offered[src] : offered[l];
-                t.state = READY;
-            }
-            released = true;
+        size_t shuffling = 0;
+        for (size_t i = w; i < end; ++i) shuffling += b.threads[i].state == AT_SHUFFLE;
+        if (shuffling == 0) return true;
+        if (end - w != 32) {
+            SMELT_EMU_ERROR(last_error,
+                            "a full-mask warp shuffle (line %d) in a partial warp of %zu "
+                            "threads (block %u)",
+                            b.threads[w].line, end - w, blockIdx.x);
+            return false;
         }
+        if (shuffling != 32) return true;  // the block decides whether the rest can come
+        uint64_t offered[32];
+        for (size_t l = 0; l < 32; ++l) offered[l] = b.threads[w + l].value;
+        for (size_t l = 0; l < 32; ++l) {
+            Thread& t = b.threads[w + l];
+            t.value = offered[l ^ (size_t)(t.lane_mask & 31)];
+            t.state = READY;
+        }
+    }
+}
+
+// Runs every thread of the current block to its end. Returns false (with last_error set) when
+// a barrier can never complete.
+//
+// Warps run one at a time, each as far as it can go before the block's next __syncthreads, in
+// ascending order between even-numbered barriers and descending order between odd-numbered
+// ones: CUDA orders warps only at barriers, and letting one warp run ahead of the others makes
+// a missing __syncthreads (a warp reading shared memory another has not written yet, or
+// overwriting what another has not read yet) give wrong results instead of passing by luck.
+inline bool run_block(Block& b) {
+    const size_t n = b.n, warps = (n + 31) / 32;
+    for (size_t phase = 0;; ++phase) {
+        bool progressed = false;
+        for (size_t k = 0; k < warps; ++k) {
+            const size_t w = (phase % 2 == 0 ? k : warps - 1 - k) * 32;
+            if (!run_warp(b, w, progressed)) return false;
+        }
+        size_t live = 0, at_sync = 0;
         for (size_t i = 0; i < n; ++i) {
             live += b.threads[i].state != DONE;
             at_sync += b.threads[i].state == AT_SYNCTHREADS;
         }
         if (live == 0) return true;
-        if (!released && at_sync == live && at_sync == n) {
+        if (at_sync == n) {
             for (size_t i = 0; i < n; ++i) b.threads[i].state = READY;
-            released = true;
+            continue;
         }
-        if (!ran && !released) {
+        if (!progressed) {
             char who[256];
             describe(b, who, sizeof who);
             SMELT_EMU_ERROR(last_error,
@@ -288,6 +316,7 @@ inline bool run_block(Block& b) {
                             blockIdx.x, gridDim.x, who);
             return false;
         }
+        --phase;  // not a barrier: the same order again
     }
 }
 
@@ -355,14 +384,14 @@ int launch(void (*k)(A...), unsigned grid, unsigned block, void** args) {
 }
 
 template <typename T>
-T shuffle_xor(T v, int lane_mask) {
+T shuffle_xor(T v, int lane_mask, int line) {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffled value");
     Block* b = running;
     Thread& t = b->threads[b->current];
     t.value = 0;
     memcpy(&t.value, &v, sizeof(T));
     t.lane_mask = lane_mask;
-    park(AT_SHUFFLE);
+    park(AT_SHUFFLE, line);
     T r;
     memcpy(&r, &b->threads[b->current].value, sizeof(T));
     return r;
@@ -370,19 +399,23 @@ T shuffle_xor(T v, int lane_mask) {
 
 }  // namespace smelt_emu
 
-static inline void __syncthreads() { smelt_emu::park(smelt_emu::AT_SYNCTHREADS); }
+// Both record the caller's source line for the diagnostics.
+#define __syncthreads() smelt_emu::park(smelt_emu::AT_SYNCTHREADS, __LINE__)
+#define __shfl_xor_sync(...) smelt_emu::shfl_xor_sync(__LINE__, __VA_ARGS__)
 
+namespace smelt_emu {
 template <typename T>
-static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+static inline T shfl_xor_sync(int line, unsigned mask, T v, int lane_mask, int width = 32) {
     if (mask != 0xffffffffu || width != 32) {
         SMELT_EMU_ERROR(smelt_emu::fault,
-                        "__shfl_xor_sync with a mask or width other than the full warp (thread "
-                        "%u of block %u)",
-                        threadIdx.x, blockIdx.x);
+                        "__shfl_xor_sync with a mask or width other than the full warp (line "
+                        "%d, thread %u of block %u)",
+                        line, threadIdx.x, blockIdx.x);
         smelt_emu::trap();
     }
-    return smelt_emu::shuffle_xor(v, lane_mask);
+    return smelt_emu::shuffle_xor(v, lane_mask, line);
 }
+}  // namespace smelt_emu
 
 // One exported entry per kernel: `smelt_emu_<name>(grid, block, args)`.
 #define SMELT_EMU_ENTRY(name)                                                         \
