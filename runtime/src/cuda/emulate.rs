@@ -30,17 +30,21 @@ use super::error::numbered_source;
 use super::exec::{dtype_numel_check, host_bytes};
 use super::exec_error::{invalid, CudaExecError, ExecResult};
 use super::launch::{
-    CublasCall, CublasGemm, GemmBackend, KernelArg, LaunchPlan, LaunchStep, Trans, DEVICE_ALIGN,
+    BufferLoc, CublasCall, CublasGemm, GemmBackend, KernelArg, LaunchPlan, LaunchStep, Trans,
+    DEVICE_ALIGN,
 };
 use smelt_codegen::cuda::STATUS_WORD;
 use smelt_ir::{DType, HostTensor, Shape, TensorData};
-use smelt_passes::kernel::{BufferKind, Program};
+use smelt_passes::kernel::{BufferKind, Program, Step};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+/// What the padding after a kernel's outputs holds during its launch.
+const PAD_BYTE: u8 = 0xa5;
 
 const HEADER: &str = include_str!("emulate/smelt_cuda_emu.h");
 const FP16_HEADER: &str = include_str!("emulate/cuda_fp16.h");
@@ -129,6 +133,9 @@ pub struct EmulatedProgram {
     consts: Region,
     state: Mutex<RunState>,
     grid_limit: Option<u32>,
+    /// Per plan step: the arena byte ranges `(buffer, end of its data, end of its 256-byte
+    /// slot)` of the buffers it writes, whose padding is checked around each launch.
+    pads: Vec<Vec<(usize, usize, usize)>>,
     output_shapes: Vec<Shape>,
     checked_kernels: String,
     translation_unit: String,
@@ -340,8 +347,31 @@ impl EmulatedProgram {
         } else {
             None
         };
+        let mut pads = Vec::with_capacity(plan.steps.len());
+        for step in &plan.steps {
+            let written: Vec<usize> = match step {
+                LaunchStep::Kernel(k) => match &program.steps[k.step] {
+                    Step::Kernel(kernel) => kernel.writes.iter().map(|b| b.0 as usize).collect(),
+                    Step::Gemm(g) => vec![g.out.0 as usize],
+                },
+                _ => Vec::new(),
+            };
+            pads.push(
+                written
+                    .into_iter()
+                    .filter_map(|b| match plan.buffers[b] {
+                        BufferLoc::Arena { offset } => {
+                            let end = offset + plan.bytes[b];
+                            Some((b, end, end.next_multiple_of(DEVICE_ALIGN)))
+                        }
+                        _ => None,
+                    })
+                    .collect(),
+            );
+        }
         let ptrs = vec![0u64; plan.buffers.len()];
         Ok(EmulatedProgram {
+            pads,
             entries,
             last_error,
             status,
@@ -439,9 +469,16 @@ impl EmulatedProgram {
             KernelArg::Buffer { buffer, .. } => ptrs[buffer],
             KernelArg::Count(n) => n as u64,
         };
-        for step in &self.plan.steps {
+        for (s, step) in self.plan.steps.iter().enumerate() {
             match step {
                 LaunchStep::Kernel(k) => {
+                    // The padding after each buffer it writes is reserved to that buffer while
+                    // it is live (the plan places live buffers disjointly, sizes rounded up to
+                    // 256 bytes): filled with a pattern here and checked after the launch, it
+                    // catches a kernel writing past the end of its output.
+                    for &(_, end, slot) in &self.pads[s] {
+                        state.arena.bytes_mut()[end..slot].fill(PAD_BYTE);
+                    }
                     if k.shared_bytes != 0 {
                         return Err(emu_err(format!(
                             "kernel {}: {} bytes of dynamic shared memory (not emulated)",
@@ -472,6 +509,16 @@ impl EmulatedProgram {
                             k.block,
                             self.quote_line(&msg)
                         )));
+                    }
+                    for &(b, end, slot) in &self.pads[s] {
+                        let pad = &state.arena.bytes_mut()[end..slot];
+                        if let Some(i) = pad.iter().position(|&x| x != PAD_BYTE) {
+                            return Err(emu_err(format!(
+                                "kernel {} (step {}) wrote past the end of buffer b{b} ({} \
+                                 bytes): byte {} after its end changed",
+                                self.plan.entries[k.entry], k.step, self.plan.bytes[b], i
+                            )));
+                        }
                     }
                 }
                 LaunchStep::Cublas(g) => {
