@@ -15,7 +15,7 @@ mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
     assert_no_failures, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
-    fuzz_graphs, fuzz_tolerance, gemm_program, model_bindings, tensor,
+    fuzz_tolerance, gemm_program, model_bindings, random_programs, tensor,
 };
 use smelt_ir::interp::eval;
 use smelt_ir::{DType, Graph, HostTensor};
@@ -102,23 +102,6 @@ fn corpus_programs_match_the_interpreter_in_the_emulator() {
         }
     }
     assert_no_failures(ran, &failures);
-}
-
-fn random_programs(count: usize) -> Vec<(Graph, HashMap<String, HostTensor>, Program)> {
-    fuzz_graphs(count)
-        .into_iter()
-        .enumerate()
-        .map(|(case, (graph, bindings))| {
-            let opts = PassOptions {
-                fuse: case % 4 != 3,
-                ..PassOptions::default()
-            };
-            let opt = optimize(&graph, &opts).unwrap_or_else(|e| panic!("case {case}: {e}"));
-            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan)
-                .unwrap_or_else(|e| panic!("case {case}: lower: {e}"));
-            (graph, bindings, program)
-        })
-        .collect()
 }
 
 /// The differential fuzz of `cuda_exec.rs`, in the emulator: random graphs (every dtype,
@@ -303,6 +286,26 @@ fn host_and_fallback_gemms_match_eval_program_for_every_dtype() {
     }
 }
 
+/// A traced `graph` through the default pipeline, lowered and checked in the emulator (at
+/// most `grid_limit` blocks per launch) against the interpreter on [`model_bindings`] drawn
+/// with `seed`.
+fn check_traced(
+    what: &str,
+    graph: &Graph,
+    seed: u64,
+    grid_limit: Option<u32>,
+) -> Result<(), String> {
+    let bindings = model_bindings(graph, seed);
+    let want = eval(graph, &bindings).map_err(|e| format!("{what}: interpreter: {e}"))?;
+    let opt = optimize(graph, &PassOptions::default()).map_err(|e| format!("{what}: {e}"))?;
+    let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan)
+        .map_err(|e| format!("{what}: lower: {e}"))?;
+    let gemm = GemmBackend::Cublas;
+    check_emulated(
+        what, graph, &program, &bindings, &want, false, gemm, grid_limit,
+    )
+}
+
 /// Views at offsets that are not multiples of a 16-byte pack (slices, narrowed rows, f16 and
 /// f64 as well as f32) run with the interpreter's values: the kernels use packs only where
 /// every access is aligned, and the emulator reports a misaligned pack as an error.
@@ -324,21 +327,8 @@ fn unaligned_views_match_the_interpreter_in_the_emulator() {
             t.output("rows", &x.slice(0, 1..5).unwrap().mul(2.0).unwrap())
                 .unwrap();
             let graph = t.finish().unwrap();
-            let bindings = model_bindings(&graph, start as u64);
-            let want = eval(&graph, &bindings).unwrap();
-            let opt = optimize(&graph, &PassOptions::default()).unwrap();
-            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan).unwrap();
             let what = format!("{d} narrow({start}, {len})");
-            match check_emulated(
-                &what,
-                &graph,
-                &program,
-                &bindings,
-                &want,
-                false,
-                GemmBackend::Cublas,
-                None,
-            ) {
+            match check_traced(&what, &graph, start as u64, None) {
                 Ok(()) => ran += 1,
                 Err(e) => failures.push(e),
             }
@@ -384,15 +374,10 @@ fn row_kernels_at_every_strategy_threshold_match_the_interpreter_in_the_emulator
             t.output("argmax", &x.argmax(-1, false).unwrap()).unwrap();
             t.output("column_sum", &x.sum(&[0], true).unwrap()).unwrap();
             let graph = t.finish().unwrap();
-            let bindings = model_bindings(&graph, n as u64);
-            let want = eval(&graph, &bindings).unwrap();
-            let opt = optimize(&graph, &PassOptions::default()).unwrap();
-            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan).unwrap();
             let what = format!("{d} [{rows}, {n}]");
-            let gemm = GemmBackend::Cublas;
             // Blocks looping over several rows (a shared scratch reused by the next row).
             let grid = (rows > 1).then_some(1);
-            match check_emulated(&what, &graph, &program, &bindings, &want, false, gemm, grid) {
+            match check_traced(&what, &graph, n as u64, grid) {
                 Ok(()) => ran += 1,
                 Err(e) => failures.push(e),
             }
@@ -407,21 +392,7 @@ fn row_kernels_at_every_strategy_threshold_match_the_interpreter_in_the_emulator
         t.output("column_max", &x.max(&[0], false).unwrap())
             .unwrap();
         let graph = t.finish().unwrap();
-        let bindings = model_bindings(&graph, n as u64);
-        let want = eval(&graph, &bindings).unwrap();
-        let opt = optimize(&graph, &PassOptions::default()).unwrap();
-        let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan).unwrap();
-        let what = format!("columns [40, {n}]");
-        match check_emulated(
-            &what,
-            &graph,
-            &program,
-            &bindings,
-            &want,
-            false,
-            GemmBackend::Cublas,
-            Some(2),
-        ) {
+        match check_traced(&format!("columns [40, {n}]"), &graph, n as u64, Some(2)) {
             Ok(()) => ran += 1,
             Err(e) => failures.push(e),
         }

@@ -18,7 +18,7 @@ mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
     assert_no_failures, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
-    fuzz_graphs, fuzz_tolerance, gemm_program, model_bindings, tensor,
+    fuzz_tolerance, gemm_program, model_bindings, random_programs, tensor,
 };
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -278,23 +278,6 @@ fn corpus_plans_keep_the_launch_contract() {
         }
     }
     assert!(gemms > 0, "the corpus has cuBLAS GEMMs");
-}
-
-fn random_programs(count: usize) -> Vec<(Graph, HashMap<String, HostTensor>, Program)> {
-    fuzz_graphs(count)
-        .into_iter()
-        .enumerate()
-        .map(|(case, (graph, bindings))| {
-            let opts = PassOptions {
-                fuse: case % 4 != 3,
-                ..PassOptions::default()
-            };
-            let opt = optimize(&graph, &opts).unwrap_or_else(|e| panic!("case {case}: {e}"));
-            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan)
-                .unwrap_or_else(|e| panic!("case {case}: lower: {e}"));
-            (graph, bindings, program)
-        })
-        .collect()
 }
 
 #[test]

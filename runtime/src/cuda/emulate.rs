@@ -395,23 +395,7 @@ impl EmulatedProgram {
 
     /// Gives output `name` the shape `shape` (its element count must match).
     pub fn set_output_shape(&mut self, name: &str, shape: Shape) -> ExecResult<()> {
-        let i = self
-            .plan
-            .outputs
-            .iter()
-            .position(|o| o.name == name)
-            .ok_or_else(|| CudaExecError::Output {
-                name: name.to_string(),
-                expected: "an output of the program".into(),
-                got: "no such output".into(),
-            })?;
-        if shape.numel() != self.plan.outputs[i].numel {
-            return Err(CudaExecError::Output {
-                name: name.to_string(),
-                expected: format!("{} elements", self.plan.outputs[i].numel),
-                got: format!("shape {shape}"),
-            });
-        }
+        let i = self.plan.output_with_shape(name, &shape)?;
         self.output_shapes[i] = shape;
         Ok(())
     }
@@ -437,11 +421,28 @@ impl EmulatedProgram {
             })
     }
 
-    /// Runs the program on `inputs` (by name) and returns its outputs.
+    /// Runs the program on `inputs` (by name) and returns its outputs; a set status word (an
+    /// out-of-range gather) is [`CudaExecError::IndexOutOfRange`], as on a GPU.
     pub fn run(
         &self,
         inputs: &HashMap<String, HostTensor>,
     ) -> ExecResult<Vec<(String, HostTensor)>> {
+        let (outputs, status) = self.run_with_status(inputs)?;
+        if status != 0 {
+            return Err(CudaExecError::IndexOutOfRange {
+                kernels: self.checked_kernels.clone(),
+            });
+        }
+        Ok(outputs)
+    }
+
+    /// [`Self::run`], returning the outputs together with the status word (0 when no kernel
+    /// met an out-of-range index; out-of-range loads read 0 and stores were skipped), for
+    /// looking at what the kernels did with a bad index.
+    pub fn run_with_status(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+    ) -> ExecResult<(Vec<(String, HostTensor)>, u32)> {
         for s in &self.plan.inputs {
             let t = inputs
                 .get(&s.name)
@@ -535,14 +536,10 @@ impl EmulatedProgram {
                 LaunchStep::Skip { .. } => {}
             }
         }
-        if let Some(word) = self.status {
-            // SAFETY: as above.
-            if unsafe { word.read_volatile() } != 0 {
-                return Err(CudaExecError::IndexOutOfRange {
-                    kernels: self.checked_kernels.clone(),
-                });
-            }
-        }
+        // SAFETY: as above.
+        let status = self
+            .status
+            .map_or(0, |word| unsafe { word.read_volatile() });
         let mut out = Vec::with_capacity(self.plan.outputs.len());
         for (o, shape) in self.plan.outputs.iter().zip(&self.output_shapes) {
             let bytes = o.numel * o.dtype.size_bytes();
@@ -555,7 +552,7 @@ impl EmulatedProgram {
                 .map_err(|e| invalid(format!("output {:?}: {e}", o.name)))?;
             out.push((o.name.clone(), t));
         }
-        Ok(out)
+        Ok((out, status))
     }
 }
 

@@ -794,23 +794,7 @@ impl CudaProgram {
 
     /// Gives output `name` the shape `shape` (its element count must match).
     pub fn set_output_shape(&mut self, name: &str, shape: Shape) -> ExecResult<()> {
-        let i = self
-            .plan
-            .outputs
-            .iter()
-            .position(|o| o.name == name)
-            .ok_or_else(|| CudaExecError::Output {
-                name: name.to_string(),
-                expected: "an output of the program".into(),
-                got: "no such output".into(),
-            })?;
-        if shape.numel() != self.plan.outputs[i].numel {
-            return Err(CudaExecError::Output {
-                name: name.to_string(),
-                expected: format!("{} elements", self.plan.outputs[i].numel),
-                got: format!("shape {shape}"),
-            });
-        }
+        let i = self.plan.output_with_shape(name, &shape)?;
         self.output_shapes[i] = shape;
         Ok(())
     }

@@ -504,6 +504,28 @@ impl LaunchPlan {
 }
 
 impl LaunchPlan {
+    /// The index of output `name`, checking that `shape` has its element count (for
+    /// `set_output_shape`: buffers are flat, outputs take the graph's shapes).
+    pub fn output_with_shape(&self, name: &str, shape: &smelt_ir::Shape) -> ExecResult<usize> {
+        let i = self
+            .outputs
+            .iter()
+            .position(|o| o.name == name)
+            .ok_or_else(|| CudaExecError::Output {
+                name: name.to_string(),
+                expected: "an output of the program".into(),
+                got: "no such output".into(),
+            })?;
+        if shape.numel() != self.outputs[i].numel {
+            return Err(CudaExecError::Output {
+                name: name.to_string(),
+                expected: format!("{} elements", self.outputs[i].numel),
+                got: format!("shape {shape}"),
+            });
+        }
+        Ok(i)
+    }
+
     /// The device address of every buffer for one run: temporaries and host-copied inputs in the
     /// arena at `arena`, bound parameters and constants in the region at `consts`, inputs given
     /// as device tensors at `device[slot]` (`None`: the run copies host inputs into the arena).

@@ -325,6 +325,33 @@ pub fn gemm_program(dtype: DType, batch: usize, m: usize, k: usize, n: usize) ->
     }
 }
 
+/// A random graph, its bindings and its lowered program.
+pub type RandomProgram = (
+    Graph,
+    std::collections::HashMap<String, HostTensor>,
+    Program,
+);
+
+/// The first `count` graphs of [`fuzz_graphs`] with their bindings, optimised (every fourth
+/// unfused) and lowered.
+pub fn random_programs(count: usize) -> Vec<RandomProgram> {
+    fuzz_graphs(count)
+        .into_iter()
+        .enumerate()
+        .map(|(case, (graph, bindings))| {
+            let opts = smelt_passes::PassOptions {
+                fuse: case % 4 != 3,
+                ..smelt_passes::PassOptions::default()
+            };
+            let opt = smelt_passes::optimize(&graph, &opts)
+                .unwrap_or_else(|e| panic!("case {case}: {e}"));
+            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan)
+                .unwrap_or_else(|e| panic!("case {case}: lower: {e}"));
+            (graph, bindings, program)
+        })
+        .collect()
+}
+
 /// Values a model's inputs and parameters take: floats uniform in [-1, 1], parameters of two
 /// or more dims (weights) in ±1/√fan_in with fan_in the last dim (PyTorch's `nn.Linear`
 /// initialisation), integers in 0..4, bools alternating. No specials: a special in a real
