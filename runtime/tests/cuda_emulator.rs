@@ -15,7 +15,7 @@ mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
     assert_no_failures, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
-    fuzz_tolerance, gemm_program, model_bindings, random_programs, tensor,
+    fuzz_tolerance, gemm_program, model_bindings, on_workers, random_programs, tensor,
 };
 use smelt_ir::interp::eval;
 use smelt_ir::{DType, Graph, HostTensor};
@@ -113,46 +113,22 @@ fn random_graphs_match_the_interpreter_in_the_emulator() {
         return;
     }
     let all = random_programs(fuzz_cases(200));
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
-    let results: Vec<(usize, Result<bool, String>)> = std::thread::scope(|s| {
-        let jobs: Vec<_> = (0..workers)
-            .map(|w| {
-                let all = &all;
-                s.spawn(move || {
-                    let mut out = Vec::new();
-                    for (case, (graph, bindings, program)) in all.iter().enumerate() {
-                        if case % workers != w {
-                            continue;
-                        }
-                        let Ok(want) = eval(graph, bindings) else {
-                            out.push((case, Ok(false)));
-                            continue;
-                        };
-                        let gemm = if case % 3 == 0 {
-                            GemmBackend::Fallback
-                        } else {
-                            GemmBackend::Cublas
-                        };
-                        let what = format!("case {case}");
-                        let r = check_emulated(
-                            &what,
-                            graph,
-                            program,
-                            bindings,
-                            &want,
-                            case % 2 == 0,
-                            gemm,
-                            (case % 5 == 1).then_some(2),
-                        );
-                        out.push((case, r.map(|()| true)));
-                    }
-                    out
-                })
-            })
-            .collect();
-        jobs.into_iter()
-            .flat_map(|j| j.join().expect("a fuzz worker does not panic"))
-            .collect()
+    let results = on_workers(&all, |case, (graph, bindings, program)| {
+        let Ok(want) = eval(graph, bindings) else {
+            return Ok(false);
+        };
+        let gemm = if case % 3 == 0 {
+            GemmBackend::Fallback
+        } else {
+            GemmBackend::Cublas
+        };
+        let grid_limit = (case % 5 == 1).then_some(2);
+        let what = format!("case {case}");
+        let bind = case % 2 == 0;
+        check_emulated(
+            &what, graph, program, bindings, &want, bind, gemm, grid_limit,
+        )
+        .map(|()| true)
     });
     let (mut ran, mut skipped) = (0, 0);
     let mut failures = Vec::new();

@@ -18,7 +18,7 @@ mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
     assert_no_failures, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
-    fuzz_tolerance, gemm_program, model_bindings, random_programs, tensor,
+    fuzz_tolerance, gemm_program, model_bindings, on_workers, random_programs, tensor,
 };
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -423,27 +423,14 @@ fn random_graphs_match_the_interpreter_on_the_gpu() {
     // Cases are spread over worker threads: NVRTC compiles dominate, and the programs then
     // run concurrently on their own streams.
     let all = random_programs(fuzz_cases(64));
-    let workers = std::thread::available_parallelism().map_or(4, |n| n.get().min(8));
-    let results: Vec<(usize, Result<bool, String>)> = std::thread::scope(|s| {
-        let jobs: Vec<_> = (0..workers)
-            .map(|w| {
-                let all = &all;
-                s.spawn(move || {
-                    let mut out = Vec::new();
-                    for (case, (graph, bindings, program)) in all.iter().enumerate() {
-                        if case % workers == w {
-                            let what = format!("case {case}");
-                            let r = check_on_gpu(&what, graph, program, bindings, case % 2 == 0);
-                            out.push((case, r));
-                        }
-                    }
-                    out
-                })
-            })
-            .collect();
-        jobs.into_iter()
-            .flat_map(|j| j.join().expect("a fuzz worker does not panic"))
-            .collect()
+    let results = on_workers(&all, |case, (graph, bindings, program)| {
+        check_on_gpu(
+            &format!("case {case}"),
+            graph,
+            program,
+            bindings,
+            case % 2 == 0,
+        )
     });
     let (mut ran, mut skipped) = (0, 0);
     let mut failures = Vec::new();

@@ -35,7 +35,7 @@ use super::launch::{
 };
 use smelt_codegen::cuda::STATUS_WORD;
 use smelt_ir::{DType, HostTensor, Shape, TensorData};
-use smelt_passes::kernel::{BufferKind, Program, Step};
+use smelt_passes::kernel::{Program, Step};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
@@ -306,20 +306,9 @@ impl EmulatedProgram {
     ) -> ExecResult<EmulatedProgram> {
         let plan = LaunchPlan::build(program, &|n| params.contains_key(n), options.gemm)?;
         let mut consts = Region::new(plan.const_bytes);
-        for c in &plan.consts {
-            let d = &program.buffers[c.buffer];
-            let t = match (&d.kind, &c.param) {
-                (BufferKind::Constant(t), _) => t,
-                (_, Some(name)) => &params[name],
-                _ => return Err(invalid(format!("constant slot for buffer {}", c.buffer))),
-            };
-            let name = c
-                .param
-                .clone()
-                .unwrap_or_else(|| format!("constant buffer {}", c.buffer));
-            dtype_numel_check(&name, d.dtype, d.numel, (t.dtype(), t.shape()))?;
+        for (t, offset) in plan.const_data(program, params)? {
             let bytes = host_bytes(t.data());
-            consts.bytes_mut()[c.offset..c.offset + bytes.len()].copy_from_slice(bytes);
+            consts.bytes_mut()[offset..offset + bytes.len()].copy_from_slice(bytes);
         }
         let translation_unit = translation_unit(&plan);
         let compiler = host_compiler(options.compiler.as_deref())?;

@@ -27,7 +27,7 @@ use crate::cache::KernelCache;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr};
 use smelt_codegen::cuda::STATUS_WORD;
 use smelt_ir::{with_data, DType, HostTensor, Shape, TensorData};
-use smelt_passes::kernel::{Access, BufferKind, InstOp, Program, StageEffect, Step};
+use smelt_passes::kernel::{Access, InstOp, Program, StageEffect, Step};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -693,21 +693,7 @@ impl CudaProgram {
             log::info!("cuda: GEMM step {step} uses the fallback kernel: {why}");
         }
         // Bound parameters and constants must match their buffers before anything is uploaded.
-        let mut const_data: Vec<(&HostTensor, usize)> = Vec::new();
-        for c in &plan.consts {
-            let d = &program.buffers[c.buffer];
-            let t = match (&d.kind, &c.param) {
-                (BufferKind::Constant(t), _) => t,
-                (_, Some(name)) => &params[name],
-                _ => return Err(invalid(format!("constant slot for buffer {}", c.buffer))),
-            };
-            let name = c
-                .param
-                .clone()
-                .unwrap_or_else(|| format!("constant buffer {}", c.buffer));
-            dtype_numel_check(&name, d.dtype, d.numel, (t.dtype(), t.shape()))?;
-            const_data.push((t, c.offset));
-        }
+        let const_data = plan.const_data(program, params)?;
         // A program without kernels (only cuBLAS GEMMs, or outputs that are inputs) needs no
         // module.
         let (modules, functions, compile_log) = if plan.entries.is_empty() {

@@ -504,6 +504,39 @@ impl LaunchPlan {
 }
 
 impl LaunchPlan {
+    /// The data of every constant slot, with its offset in the constant region: the program's
+    /// constants and the parameters bound in `params`, each checked against its buffer's dtype
+    /// and element count (before anything is uploaded).
+    pub fn const_data<'a>(
+        &self,
+        program: &'a Program,
+        params: &'a std::collections::HashMap<String, smelt_ir::HostTensor>,
+    ) -> ExecResult<Vec<(&'a smelt_ir::HostTensor, usize)>> {
+        let mut out = Vec::with_capacity(self.consts.len());
+        for c in &self.consts {
+            let d = &program.buffers[c.buffer];
+            let t = match (&d.kind, &c.param) {
+                (BufferKind::Constant(t), _) => t,
+                (_, Some(name)) => params
+                    .get(name)
+                    .ok_or_else(|| CudaExecError::MissingBinding { name: name.clone() })?,
+                _ => return Err(invalid(format!("constant slot for buffer {}", c.buffer))),
+            };
+            if t.dtype() != d.dtype || t.shape().numel() != d.numel {
+                return Err(CudaExecError::Binding {
+                    name: c
+                        .param
+                        .clone()
+                        .unwrap_or_else(|| format!("constant buffer {}", c.buffer)),
+                    expected: format!("{} with {} elements", d.dtype, d.numel),
+                    got: format!("{}{}", t.dtype(), t.shape()),
+                });
+            }
+            out.push((t, c.offset));
+        }
+        Ok(out)
+    }
+
     /// The index of output `name`, checking that `shape` has its element count (for
     /// `set_output_shape`: buffers are flat, outputs take the graph's shapes).
     pub fn output_with_shape(&self, name: &str, shape: &smelt_ir::Shape) -> ExecResult<usize> {

@@ -325,6 +325,31 @@ pub fn gemm_program(dtype: DType, batch: usize, m: usize, k: usize, n: usize) ->
     }
 }
 
+/// `f(i, &items[i])` for every item, spread over up to 8 worker threads (item `i` on worker
+/// `i % workers`), results by index.
+pub fn on_workers<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(usize, &T) -> R + Sync,
+) -> Vec<(usize, R)> {
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
+    let f = &f;
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = (0..workers)
+            .map(|w| {
+                s.spawn(move || {
+                    (w..items.len())
+                        .step_by(workers)
+                        .map(|i| (i, f(i, &items[i])))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .flat_map(|j| j.join().expect("a worker does not panic"))
+            .collect()
+    })
+}
+
 /// A random graph, its bindings and its lowered program.
 pub type RandomProgram = (
     Graph,
