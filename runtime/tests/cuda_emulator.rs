@@ -15,7 +15,8 @@ mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
     assert_no_failures, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
-    fuzz_tolerance, gemm_program, model_bindings, on_workers, random_programs, tensor,
+    fuzz_tolerance, gather_case, gather_ids, gemm_program, model_bindings, on_workers,
+    random_programs, tensor,
 };
 use smelt_ir::interp::eval;
 use smelt_ir::{DType, Graph, HostTensor};
@@ -150,21 +151,9 @@ fn out_of_range_gathers_are_typed_errors_in_the_emulator() {
     if !compiler_or_skip("out_of_range_gathers_are_typed_errors_in_the_emulator") {
         return;
     }
-    let mut g = Graph::new();
-    let t = g.param("table", DType::F32, [10, 6].as_slice()).unwrap();
-    let i = g.input("idx", DType::I64, [4].as_slice()).unwrap();
-    let s = g.index_select(t, i, 0).unwrap();
-    g.set_output("rows", s).unwrap();
-    let o = optimize(&g, &PassOptions::default()).unwrap();
-    let program = smelt_passes::kernel::lower(&o.graph, &o.plan).unwrap();
-    let table = tensor(DType::F32, &[10, 6], &floats(60, 3, 1.0, false));
+    let (g, program, table) = gather_case();
     let params = HashMap::from([("table".to_string(), table.clone())]);
-    let ids = |v: Vec<i64>| {
-        HashMap::from([(
-            "idx".to_string(),
-            HostTensor::from_i64([4].as_slice(), v).unwrap(),
-        )])
-    };
+    let ids = gather_ids;
     let mut exe = EmulatedProgram::compile(&program, &params, &EmulatorOptions::default()).unwrap();
     exe.set_output_shape("rows", [4, 6].as_slice().into())
         .unwrap();

@@ -350,6 +350,28 @@ pub fn on_workers<T: Sync, R: Send>(
     })
 }
 
+/// `index_select` of 4 rows from a bound `table: f32[10, 6]` by `idx: i64[4]`: the graph, its
+/// program and the table; `gather_ids(v)` makes the run-time input.
+pub fn gather_case() -> (Graph, Program, HostTensor) {
+    let mut g = Graph::new();
+    let t = g.param("table", DType::F32, [10, 6].as_slice()).unwrap();
+    let i = g.input("idx", DType::I64, [4].as_slice()).unwrap();
+    let s = g.index_select(t, i, 0).unwrap();
+    g.set_output("rows", s).unwrap();
+    let o = smelt_passes::optimize(&g, &smelt_passes::PassOptions::default()).unwrap();
+    let program = lower(&o.graph, &o.plan).unwrap();
+    let table = tensor(DType::F32, &[10, 6], &floats(60, 3, 1.0, false));
+    (g, program, table)
+}
+
+/// The `idx` input of [`gather_case`].
+pub fn gather_ids(v: Vec<i64>) -> std::collections::HashMap<String, HostTensor> {
+    std::collections::HashMap::from([(
+        "idx".to_string(),
+        HostTensor::from_i64([4].as_slice(), v).unwrap(),
+    )])
+}
+
 /// A random graph, its bindings and its lowered program.
 pub type RandomProgram = (
     Graph,
