@@ -12,16 +12,21 @@
 //! replaced by a column-major GEMM that reads the same parameters, and the status word of
 //! range-checked gathers cleared before and read after the run.
 //!
-//! What it checks: the generated kernels' indexing, grid-stride loops, vector packs, row
-//! caches, block reductions and shuffles, f16/bf16 rounding, the fallback GEMMs, and the plan's
-//! memory layout and arguments, on any machine with a C++17 compiler. A barrier that could
-//! never complete on a GPU (a thread exited while the others wait at `__syncthreads`, a warp
-//! whose lanes are not all at the shuffle) is an error naming the threads, not a hang.
+//! What it checks: the generated kernels' indexing, grid-stride loops, vector packs and their
+//! alignment, row caches, block reductions, shuffles and the barriers between them (warps run
+//! ahead of each other between barriers, so a missing `__syncthreads` shows; see
+//! [`EmulatorOptions::grid_limit`] for blocks that loop over rows), f16/bf16 rounding, the
+//! fallback GEMMs, and the plan's memory layout and arguments, on any Linux machine with a
+//! C++17 compiler. What a GPU would hang on, fault on or corrupt silently is an error naming
+//! the kernel, thread and source line: a barrier that can never complete, a misaligned vector
+//! access, a write past the end of an output.
 //!
 //! What it does not: timing, concurrency between streams, the driver and cuBLAS calls, NVRTC
 //! (see `super::compile`), or CUDA's own `expf`/`tanhf`/`erff`, which the host C library
-//! replaces (they may differ by an ulp or two). It is a test and debugging tool: about a
-//! microsecond per thread switch, so keep tensors small.
+//! replaces (they may differ by an ulp or two); reads out of bounds, shared memory read before
+//! it is written, `__launch_bounds__`. It is a test and debugging tool: a compile takes about
+//! 0.3 s and a thread switch tens of nanoseconds, so keep tensors test-sized. See
+//! `docs/cuda.md`.
 //!
 //! The compiler is `$SMELT_CXX`, else `$CXX`, else the first of `c++`, `g++`, `clang++` on the
 //! `PATH`; none is a [`CudaExecError::Emulator`] error.

@@ -5,16 +5,19 @@
 // what smelt's code generator and fallback GEMM emit (see codegen/src/cuda/prelude.rs):
 //
 // - every thread of a block is a fiber on the calling OS thread (a 20-instruction stack switch
-//   on x86-64, ucontext elsewhere or with -DSMELT_EMU_UCONTEXT); the blocks of a
-//   grid run one after another, in blockIdx order;
+//   on x86-64 ELF, ucontext elsewhere or with -DSMELT_EMU_UCONTEXT), starting in CUDA's
+//   floating-point environment; the blocks of a grid run one after another, in blockIdx order;
 // - `__shared__` variables are function statics per OS thread, which is per block because
 //   one block runs at a time on a thread;
 // - `__syncthreads()` parks a thread until every thread of the block is parked at one;
 // - `__shfl_xor_sync` with the full mask parks a lane until all 32 lanes of its warp are at a
 //   shuffle, then each reads its partner's value;
+// - warps run one at a time between barriers, in alternating order (see run_block), so a
+//   missing __syncthreads changes results;
 // - a barrier or shuffle that can never complete (a thread exited while others wait, lanes
 //   of one warp at different kinds of barrier, a partial warp shuffling with the full mask) is
-//   reported as an error naming the threads, where a GPU would hang or be undefined;
+//   reported as an error naming the threads and source lines, where a GPU would hang or be
+//   undefined; so is a misaligned typed access (-fsanitize=alignment, handler below);
 // - `+ - * /` with explicit rounding are the host's IEEE operations (the TU is compiled with
 //   -ffp-contract=off); `expf`, `tanhf`, `erff`, … are the host C library's, which may differ
 //   from CUDA's by an ulp or two.
