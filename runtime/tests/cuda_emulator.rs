@@ -14,8 +14,8 @@ mod cpu_exec_support;
 mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
-    assert_no_failures, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
-    fuzz_tolerance, gather_case, gather_ids, gemm_program, model_bindings, on_workers,
+    assert_fuzz_results, assert_no_failures, check_bits, check_close_with, check_outputs, floats,
+    fuzz_cases, fuzz_tolerance, gather_case, gather_ids, gemm_program, model_bindings, on_workers,
     random_programs, tensor,
 };
 use smelt_ir::interp::eval;
@@ -131,17 +131,7 @@ fn random_graphs_match_the_interpreter_in_the_emulator() {
         )
         .map(|()| true)
     });
-    let (mut ran, mut skipped) = (0, 0);
-    let mut failures = Vec::new();
-    for (case, r) in results {
-        match r {
-            Ok(true) => ran += 1,
-            Ok(false) => skipped += 1,
-            Err(e) => failures.push(format!("{e}\n{}", smelt_ir::text::print(&all[case].0))),
-        }
-    }
-    println!("{ran} random graphs checked in the emulator, {skipped} skipped (interpreter errors)");
-    assert_no_failures(ran, &failures);
+    assert_fuzz_results("in the emulator", &all, results);
 }
 
 /// A gather index outside its axis is the typed error of the GPU path (the kernels' status

@@ -17,7 +17,7 @@ mod cpu_exec_support;
 mod cuda_corpus_graphs;
 
 use cpu_exec_support::{
-    assert_no_failures, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
+    assert_fuzz_results, check_bits, check_close_with, check_outputs, floats, fuzz_cases,
     fuzz_tolerance, gather_case, gather_ids, gemm_program, model_bindings, on_workers,
     random_programs, tensor,
 };
@@ -432,17 +432,7 @@ fn random_graphs_match_the_interpreter_on_the_gpu() {
             case % 2 == 0,
         )
     });
-    let (mut ran, mut skipped) = (0, 0);
-    let mut failures = Vec::new();
-    for (case, r) in results {
-        match r {
-            Ok(true) => ran += 1,
-            Ok(false) => skipped += 1,
-            Err(e) => failures.push(format!("{e}\n{}", smelt_ir::text::print(&all[case].0))),
-        }
-    }
-    println!("{ran} random graphs checked on the GPU, {skipped} skipped (interpreter errors)");
-    assert_no_failures(ran, &failures);
+    assert_fuzz_results("on the GPU", &all, results);
 }
 
 /// The mlp corpus graph (GEMMs + elementwise), its program and bindings.

@@ -227,7 +227,7 @@ fn translation_unit(plan: &LaunchPlan) -> String {
     for e in &plan.entries {
         s.push_str(&format!("SMELT_EMU_ENTRY({e})\n"));
     }
-    if plan.source.contains(STATUS_WORD) {
+    if plan.status_word {
         s.push_str(&format!("SMELT_EMU_STATUS({STATUS_WORD})\n"));
     }
     s
@@ -331,7 +331,7 @@ impl EmulatedProgram {
             unsafe { lib.get(b"smelt_emu_last_error\0") }
                 .map_err(|e| emu_err(format!("no smelt_emu_last_error: {e}")))?;
         let last_error = *last_error;
-        let status = if plan.source.contains(STATUS_WORD) {
+        let status = if plan.status_word {
             // SAFETY: SMELT_EMU_STATUS defines it with this signature.
             let f: libloading::Symbol<unsafe extern "C" fn() -> *mut u32> =
                 unsafe { lib.get(b"smelt_emu_status\0") }

@@ -201,6 +201,9 @@ pub struct LaunchPlan {
     pub entries: Vec<String>,
     /// The CUDA C translation unit (the code generator's kernels, then fallback GEMMs).
     pub source: String,
+    /// Whether `source` defines the status word of range-checked accesses
+    /// (`smelt_codegen::cuda::STATUS_WORD`; only when some kernel has a computed index).
+    pub status_word: bool,
     /// The fallback GEMM kernels alone, as a translation unit (for the LLVM PTX path, whose
     /// kernels come from elsewhere); empty when there are none.
     pub gemm_source: String,
@@ -367,6 +370,7 @@ impl LaunchPlan {
         };
         let is_temp = |b: u32| matches!(buffers.get(b as usize), Some(BufferLoc::Arena { .. }));
         let cuda = smelt_codegen::cuda::cuda_program_source(program);
+        let status_word = cuda.status_word;
         let mut source = cuda.source;
         let mut generated = cuda.kernels.into_iter();
         let mut entries = Vec::new();
@@ -491,6 +495,7 @@ impl LaunchPlan {
             outputs,
             entries,
             source,
+            status_word,
             gemm_source,
             bytes,
             live,

@@ -372,6 +372,27 @@ pub fn gather_ids(v: Vec<i64>) -> std::collections::HashMap<String, HostTensor> 
     )])
 }
 
+/// Sums up per-case fuzz results (`Ok(true)` checked, `Ok(false)` skipped because the
+/// interpreter rejected the bindings, `Err` a failure, printed with its graph from `all`):
+/// prints the counts with `label` and fails the test on any failure.
+pub fn assert_fuzz_results(
+    label: &str,
+    all: &[RandomProgram],
+    results: Vec<(usize, Result<bool, String>)>,
+) {
+    let (mut ran, mut skipped) = (0, 0);
+    let mut failures = Vec::new();
+    for (case, r) in results {
+        match r {
+            Ok(true) => ran += 1,
+            Ok(false) => skipped += 1,
+            Err(e) => failures.push(format!("{e}\n{}", smelt_ir::text::print(&all[case].0))),
+        }
+    }
+    println!("{ran} random graphs checked {label}, {skipped} skipped (interpreter errors)");
+    assert_no_failures(ran, &failures);
+}
+
 /// A random graph, its bindings and its lowered program.
 pub type RandomProgram = (
     Graph,
