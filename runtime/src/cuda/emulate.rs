@@ -310,6 +310,16 @@ impl EmulatedProgram {
         options: &EmulatorOptions,
     ) -> ExecResult<EmulatedProgram> {
         let plan = LaunchPlan::build(program, &|n| params.contains_key(n), options.gemm)?;
+        for step in &plan.steps {
+            if let LaunchStep::Kernel(k) = step {
+                if k.shared_bytes != 0 {
+                    return Err(emu_err(format!(
+                        "kernel {}: {} bytes of dynamic shared memory (not emulated)",
+                        plan.entries[k.entry], k.shared_bytes
+                    )));
+                }
+            }
+        }
         let mut consts = Region::new(plan.const_bytes);
         for (t, offset) in plan.const_data(program, params)? {
             let bytes = host_bytes(t.data());
@@ -474,22 +484,16 @@ impl EmulatedProgram {
                     for &(_, end, slot) in &self.pads[s] {
                         state.arena.bytes_mut()[end..slot].fill(PAD_BYTE);
                     }
-                    if k.shared_bytes != 0 {
-                        return Err(emu_err(format!(
-                            "kernel {}: {} bytes of dynamic shared memory (not emulated)",
-                            self.plan.entries[k.entry], k.shared_bytes
-                        )));
-                    }
                     let mut values: Vec<u64> = k.args.iter().map(value).collect();
                     let mut params: Vec<*mut c_void> = values
                         .iter_mut()
                         .map(|v| (v as *mut u64).cast::<c_void>())
                         .collect();
+                    let grid = self.grid_limit.map_or(k.grid, |g| k.grid.min(g.max(1)));
                     // SAFETY: the launcher unpacks exactly the kernel's parameters (pointers,
                     // then `long long n`, 8 bytes each: the launch contract) from `params`;
                     // every pointer covers its buffer in the arena or the constant region
                     // (placed by the plan, sizes checked above), as on the GPU.
-                    let grid = self.grid_limit.map_or(k.grid, |g| k.grid.min(g.max(1)));
                     let rc = unsafe { (self.entries[k.entry])(grid, k.block, params.as_mut_ptr()) };
                     if rc != 0 {
                         // SAFETY: a NUL-terminated string owned by the library's thread-local
