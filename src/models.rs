@@ -261,7 +261,18 @@ pub fn run_demo(device: Device, seq: usize) -> Result<String> {
         cfg.ffn,
         graph.len()
     );
-    let _ = writeln!(s, "device:  {} (asked for {device})", fused.device());
+    // A CUDA device by name: the fake driver's (scripts/build-fake-cuda.sh) says it is none.
+    let (shown, not_a_gpu) = match fused.device() {
+        Device::Cuda(n) => match smelt_runtime::cuda::cuda_device(n) {
+            Ok(info) => (
+                format!("cuda:{n}, {} ({})", info.name, info.arch),
+                info.is_fake(),
+            ),
+            Err(_) => (format!("cuda:{n}"), false),
+        },
+        d => (d.to_string(), d == Device::CudaEmulated),
+    };
+    let _ = writeln!(s, "device:  {shown} (asked for {device})");
     let _ = writeln!(
         s,
         "plan:    {} kernels fused, {} unfused",
@@ -281,7 +292,7 @@ pub fn run_demo(device: Device, seq: usize) -> Result<String> {
         ms(unfused_time),
         unfused_time.as_secs_f64() / fused_time.as_secs_f64().max(1e-12)
     );
-    if fused.device() == Device::CudaEmulated {
+    if not_a_gpu {
         let _ = writeln!(
             s,
             "         (the CUDA kernels on a CPU emulator: these times say nothing about a GPU)"

@@ -91,12 +91,17 @@ pub struct Report {
 fn gpu_description(n: usize) -> String {
     let mut s = match smelt_runtime::cuda::cuda_device(n) {
         Ok(i) => format!(
-            "{} ({}, {} MiB), driver {}.{}",
+            "{} ({}, {} MiB), driver {}.{}{}",
             i.name,
             i.arch,
             i.total_mem >> 20,
             i.driver_version / 1000,
-            i.driver_version % 1000 / 10
+            i.driver_version % 1000 / 10,
+            if i.is_fake() {
+                "; the fake CUDA driver: these times say nothing about a GPU"
+            } else {
+                ""
+            }
         ),
         Err(e) => format!("cuda:{n} ({e})"),
     };

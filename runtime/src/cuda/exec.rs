@@ -64,6 +64,17 @@ pub struct CudaDeviceInfo {
     pub count: usize,
 }
 
+/// The name the fake CUDA driver of `scripts/build-fake-cuda.sh` gives its one device (the
+/// launch path on the CPU, for tests: see `docs/cuda.md`). Nothing it measures is a GPU's.
+pub const FAKE_DEVICE_NAME: &str = "smelt fake CUDA device (CPU emulator, not a GPU)";
+
+impl CudaDeviceInfo {
+    /// Whether this is the fake driver's device ([`FAKE_DEVICE_NAME`]), not a GPU.
+    pub fn is_fake(&self) -> bool {
+        self.name == FAKE_DEVICE_NAME
+    }
+}
+
 /// Checks that device `ordinal` is usable: the driver library loads, `cuInit` succeeds and the
 /// device exists. Never panics: each missing piece is a typed error naming it.
 pub fn cuda_device(ordinal: usize) -> ExecResult<CudaDeviceInfo> {

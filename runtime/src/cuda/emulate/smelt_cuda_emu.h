@@ -76,11 +76,10 @@ static inline double __dsub_rn(double a, double b) { return a - b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
 
-// One OS thread runs the fibers of a block, so an atomic is a plain read-modify-write.
+// The fibers of a block share one OS thread, but kernels of one module may run on several
+// (streams of the fake driver, fake_cuda.cpp), so the read-modify-write is a real atomic.
 static inline unsigned int atomicOr(unsigned int* p, unsigned int v) {
-    unsigned int old = *p;
-    *p = old | v;
-    return old;
+    return __atomic_fetch_or(p, v, __ATOMIC_RELAXED);
 }
 
 namespace smelt_emu {
@@ -420,11 +419,33 @@ static inline T shfl_xor_sync(int line, unsigned mask, T v, int lane_mask, int w
 }
 }  // namespace smelt_emu
 
-// One exported entry per kernel: `smelt_emu_<name>(grid, block, args)`.
+namespace smelt_emu {
+// Copies kernel `k`'s arguments (`args[i]` points at argument i) into 8-byte `slots`, as
+// cuLaunchKernel copies them before it returns; sets bit i of `*pointers` when argument i is a
+// pointer. Returns the argument count (at most 64).
+template <typename... A>
+unsigned pack(void (*)(A...), void** args, unsigned long long* slots,
+              unsigned long long* pointers) {
+    static_assert(sizeof...(A) <= 64, "kernel arguments");
+    unsigned i = 0;
+    *pointers = 0;
+    ((memcpy(&slots[i], args[i], sizeof(A)),
+      *pointers |= std::is_pointer<A>::value ? 1ull << i : 0ull, ++i),
+     ...);
+    return i;
+}
+}  // namespace smelt_emu
+
+// One exported entry per kernel: `smelt_emu_<name>(grid, block, args)` runs it, and
+// `smelt_emu_pack_<name>(args, slots, pointers)` copies its arguments (smelt_emu::pack).
 #define SMELT_EMU_ENTRY(name)                                                         \
     extern "C" __attribute__((visibility("default"))) int smelt_emu_##name(         \
         unsigned grid, unsigned block, void** args) {                                 \
         return smelt_emu::launch(name, grid, block, args);                            \
+    }                                                                                 \
+    extern "C" __attribute__((visibility("default"))) unsigned smelt_emu_pack_##name( \
+        void** args, unsigned long long* slots, unsigned long long* pointers) {       \
+        return smelt_emu::pack(name, args, slots, pointers);                          \
     }
 
 // Misaligned accesses. The translation unit is compiled with -fsanitize=alignment, and this
@@ -460,6 +481,14 @@ extern "C" __attribute__((visibility("default"))) void __ubsan_handle_type_misma
 #define SMELT_EMU_STATUS(word)                                                        \
     extern "C" __attribute__((visibility("default"))) unsigned int* smelt_emu_status() { \
         return &word;                                                                 \
+    }
+
+// A module-scope `__device__` variable, for cuModuleGetGlobal: its address and size.
+#define SMELT_EMU_GLOBAL(var)                                                         \
+    extern "C" __attribute__((visibility("default"))) void* smelt_emu_global_##var(  \
+        unsigned long long* bytes) {                                                  \
+        *bytes = sizeof(var);                                                         \
+        return (void*)&var;                                                           \
     }
 
 extern "C" __attribute__((visibility("default"))) const char* smelt_emu_last_error() {
