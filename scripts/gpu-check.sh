@@ -85,7 +85,7 @@ step() {
       grep -A2 -E "^test .* FAILED|panicked at|^error|FAIL" "$results/$name.log" | head -24
     else
       head -5 "$results/$name.log"
-    fi | sed 's/^/    /' | tee -a "$summary"
+    fi | cut -c1-300 | sed 's/^/    /' | tee -a "$summary"
     failed=1
   fi
   return "$rc"

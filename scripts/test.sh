@@ -22,8 +22,9 @@ trap 'rm -f "$log"' EXIT
 cargo test --workspace --all-features --doc "$@" 2>&1 | tee -a "$log"
 cargo test --workspace --all-features --all-targets "$@" 2>&1 | tee -a "$log"
 # The GPU launch path (CudaProgram: driver calls, streams, events, cuBLAS, the kernel cache)
-# once more, against the fake CUDA driver, NVRTC and cuBLAS of scripts/build-fake-cuda.sh:
-# kernels run under the CPU emulator, so this checks the host side of the path, not a GPU.
+# and `smelt demo` / `smelt bench --quick` with `--device cuda`, once more, against the fake
+# CUDA driver, NVRTC and cuBLAS of scripts/build-fake-cuda.sh: kernels run under the CPU
+# emulator, so this checks the host side of the path, not a GPU.
 # SMELT_REQUIRE_GPU=1 makes a skipped GPU test a failure. SMELT_SKIP_FAKE_CUDA=1 skips it.
 if [ "${SMELT_SKIP_FAKE_CUDA:-0}" != 1 ] && [ "$SMELT_REQUIRE_CXX" = 1 ]; then
   fake=target/fake-cuda
@@ -35,6 +36,7 @@ if [ "${SMELT_SKIP_FAKE_CUDA:-0}" != 1 ] && [ "$SMELT_REQUIRE_CXX" = 1 ]; then
     export SMELT_REQUIRE_GPU=1 SMELT_CACHE_DIR="$PWD/$fake/cache"
     export SMELT_FUZZ_CASES="${SMELT_FAKE_CUDA_FUZZ_CASES:-48}"
     cargo test -p smelt-runtime --all-features --test cuda_exec "$@"
+    cargo test --all-features --test integration demo_and_bench_run_on_a_cuda_device "$@"
   ) 2>&1 | tee -a "$log"
 fi
 # One closing line for the whole suite, summed over every test binary.

@@ -230,6 +230,75 @@ fn demo_runs_the_cuda_kernels_on_the_emulator() {
     );
 }
 
+/// On a CUDA device (a GPU, or the fake driver `scripts/test.sh` sets up with
+/// `scripts/build-fake-cuda.sh`): `smelt demo --device cuda` names the device and matches the
+/// interpreter, and `smelt bench --device cuda --quick` times every case on device tensors
+/// next to the device copy reference. Skipped without a device unless `SMELT_REQUIRE_GPU=1`.
+#[test]
+fn demo_and_bench_run_on_a_cuda_device() {
+    let info = match smelt::Device::Cuda(0)
+        .resolve()
+        .map_err(|e| e.to_string())
+        .and_then(|_| smelt_runtime::cuda::cuda_device(0).map_err(|e| e.to_string()))
+    {
+        Ok(info) => info,
+        Err(e) if std::env::var_os("SMELT_REQUIRE_GPU").is_some_and(|v| v == "1") => {
+            panic!("SMELT_REQUIRE_GPU=1 but no usable GPU: {e}")
+        }
+        Err(e) => {
+            println!("demo_and_bench_run_on_a_cuda_device: skipped, no usable GPU: {e}");
+            return;
+        }
+    };
+    let out = smelt(&["demo", "--seq", "8", "--device", "cuda"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!("device:  cuda:0, {} ({})", info.name, info.arch)),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.contains("say nothing about a GPU"),
+        info.is_fake(),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("fused output matches the reference"),
+        "{stdout}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let out = smelt(&[
+        "bench",
+        "--device",
+        "cuda",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(
+        report["gpu"]
+            .as_str()
+            .is_some_and(|g| g.contains(&info.name)),
+        "{report}"
+    );
+    assert!(report["stream"]["before"]["gbps"].as_f64().unwrap() > 0.0);
+    let cases = report["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 11);
+    for c in cases {
+        assert!(c["kernels_fused"].as_u64().unwrap() >= 1, "{c}");
+        let diff = c["max_abs_diff_fused_vs_unfused"].as_f64().unwrap();
+        assert!(
+            diff < 1e-3,
+            "{}: fused and unfused differ by {diff}",
+            c["name"]
+        );
+    }
+}
+
 #[test]
 fn every_example_checks() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
