@@ -724,6 +724,45 @@ fn llvm_ptx_entries_match_the_plan() {
     assert!(checked > 0, "no corpus program made PTX");
 }
 
+/// On the fake driver of `scripts/build-fake-cuda.sh` only: what it claims to catch, it
+/// catches. A copy reaching past a device allocation, or from memory that is not one, is a
+/// typed error naming the call and the allocation, and memory a copy has not written reads
+/// as the fill pattern (NaN), not as zeros.
+#[test]
+fn the_fake_driver_checks_every_range() {
+    if !gpu_or_skip("the_fake_driver_checks_every_range") {
+        return;
+    }
+    if !cuda_device(0).unwrap().is_fake() {
+        println!("the_fake_driver_checks_every_range: skipped, a real GPU");
+        return;
+    }
+    let ctx = cuda_context(0).unwrap();
+    let t = DeviceTensor::zeros(&ctx, DType::F32, Shape::new(&[64])).unwrap();
+    let host = vec![0u8; 257];
+    // SAFETY: the fake driver checks the range and writes nothing when it is bad.
+    let past = unsafe { cudarc::driver::result::memcpy_htod_sync(t.device_ptr(), host.as_slice()) };
+    let e = format!("{:?}", past.unwrap_err());
+    assert!(
+        e.contains("cuMemcpyHtoD")
+            && e.contains("runs 1 bytes past the end of its device allocation of 256 bytes"),
+        "{e}"
+    );
+    // SAFETY: as above.
+    let nowhere = unsafe { cudarc::driver::result::memcpy_htod_sync(16, &host[..4]) };
+    let e = format!("{:?}", nowhere.unwrap_err());
+    assert!(e.contains("is not in any live device allocation"), "{e}");
+    // A fresh allocation is not zeroed (DeviceTensor::zeros writes its zeros itself).
+    // SAFETY: the context is current (cuda_context bound it); freed below.
+    let ptr = unsafe { cudarc::driver::result::malloc_sync(16) }.unwrap();
+    let mut back = [0f32; 4];
+    // SAFETY: 16 bytes from a live 16-byte allocation into a 16-byte host array.
+    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut back, ptr) }.unwrap();
+    assert!(back.iter().all(|v| v.is_nan()), "{back:?}");
+    // SAFETY: allocated above, freed once.
+    unsafe { cudarc::driver::result::free_sync(ptr) }.unwrap();
+}
+
 /// On a GPU with the `llvm` feature: the LLVM PTX path gives the NVRTC path's results (within
 /// the fuzz tolerances: its reductions run in another order).
 #[cfg(feature = "llvm")]
