@@ -33,7 +33,7 @@ if [ "${SMELT_SKIP_FAKE_CUDA:-0}" != 1 ] && [ "$SMELT_REQUIRE_CXX" = 1 ]; then
   (
     # shellcheck source=/dev/null
     . "$fake/env.sh"
-    export SMELT_REQUIRE_GPU=1 SMELT_CACHE_DIR="$PWD/$fake/cache"
+    export SMELT_REQUIRE_GPU=1 SMELT_EXPECT_FAKE_CUDA=1 SMELT_CACHE_DIR="$PWD/$fake/cache"
     export SMELT_FUZZ_CASES="${SMELT_FAKE_CUDA_FUZZ_CASES:-48}"
     cargo test -p smelt-runtime --all-features --test cuda_exec "$@"
     cargo test --all-features --test integration demo_and_bench_run_on_a_cuda_device "$@"

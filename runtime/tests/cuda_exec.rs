@@ -32,7 +32,7 @@ use smelt_runtime::cuda::launch::{
 };
 use smelt_runtime::cuda::{
     cuda_context, cuda_device, nvrtc, Arch, CompileOptions, CudaExecError, CudaOptions,
-    CudaProgram, DeviceTensor,
+    CudaProgram, DeviceTensor, FAKE_DEVICE_NAME,
 };
 use smelt_runtime::Device;
 use std::collections::HashMap;
@@ -733,7 +733,14 @@ fn the_fake_driver_checks_every_range() {
     if !gpu_or_skip("the_fake_driver_checks_every_range") {
         return;
     }
-    if !cuda_device(0).unwrap().is_fake() {
+    let info = cuda_device(0).unwrap();
+    if !info.is_fake() {
+        // scripts/test.sh sets this where the device must be the fake one.
+        assert!(
+            std::env::var_os("SMELT_EXPECT_FAKE_CUDA").is_none_or(|v| v != "1"),
+            "SMELT_EXPECT_FAKE_CUDA=1, but the device is {:?}, not {FAKE_DEVICE_NAME:?}",
+            info.name
+        );
         println!("the_fake_driver_checks_every_range: skipped, a real GPU");
         return;
     }

@@ -256,7 +256,8 @@ CUresult enqueue(void* stream, Work work, void* data) {
     }
     std::shared_ptr<Stream> s = find_stream(stream);
     if (!s) {
-        work(nullptr);  // lets `work` free `data`
+        // `data` is dropped unfreed: every caller checked the stream just before, so only a
+        // stream destroyed meanwhile by another thread (a caller's bug) gets here.
         return fail(CUDA_ERROR_INVALID_HANDLE, "fake CUDA: not a live stream");
     }
     std::lock_guard<std::mutex> lock(s->mu);
@@ -477,6 +478,7 @@ FAKE_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
 FAKE_API CUresult cuDeviceGetName(char* name, int len, CUdevice device) {
     CHECK_INIT();
     if (device != 0 || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    // smelt_runtime::cuda::FAKE_DEVICE_NAME: how smelt tells this device from a GPU.
     snprintf(name, (size_t)len, "smelt fake CUDA device (CPU emulator, not a GPU)");
     return CUDA_SUCCESS;
 }
@@ -897,10 +899,8 @@ FAKE_API int smelt_fake_cuda_check_range(unsigned long long p, size_t bytes, cha
 }
 
 FAKE_API int smelt_fake_cuda_enqueue(void* stream, void (*work)(void*), void* data) {
-    if (g_sticky.load() != 0) {
-        work(nullptr);
-        return g_sticky.load();
-    }
+    // After a kernel fault nothing more runs (`data` is dropped unfreed, as by the workers).
+    if (int sticky = g_sticky.load()) return sticky;
     return enqueue(stream, work, data);
 }
 
