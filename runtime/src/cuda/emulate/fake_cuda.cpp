@@ -360,13 +360,14 @@ void do_launch(void* p) {
     delete l;
 }
 
-// The copy of `bytes` from `src` to `dst` on `stream`, after checking both ranges. `pageable`
-// says which side is host memory that may be pageable: such copies are synchronous.
+// The copy of `bytes` from `src` to `dst` on `stream`, after checking the device side(s).
+// `dst_kind` / `src_kind`: 0 device memory, 2 host memory (pinned or pageable). As in CUDA, a
+// pageable source is staged before the call returns and a copy into pageable memory is
+// synchronous; only pinned host memory takes part asynchronously.
 CUresult copy(const char* call, void* dst, const void* src, size_t bytes, void* stream,
               int dst_kind, int src_kind) {
     CHECK_CTX();
     if (bytes == 0) return CUDA_SUCCESS;
-    // dst_kind / src_kind: 0 device, 2 host (pinned or pageable).
     if (dst_kind == 0) {
         std::string e = check_range((uintptr_t)dst, bytes, 0, "destination");
         if (!e.empty()) return fail(CUDA_ERROR_INVALID_VALUE, format("fake CUDA: %s: %s", call, e.c_str()));
