@@ -527,16 +527,11 @@ impl LaunchPlan {
                     .ok_or_else(|| CudaExecError::MissingBinding { name: name.clone() })?,
                 _ => return Err(invalid(format!("constant slot for buffer {}", c.buffer))),
             };
-            if t.dtype() != d.dtype || t.shape().numel() != d.numel {
-                return Err(CudaExecError::Binding {
-                    name: c
-                        .param
-                        .clone()
-                        .unwrap_or_else(|| format!("constant buffer {}", c.buffer)),
-                    expected: format!("{} with {} elements", d.dtype, d.numel),
-                    got: format!("{}{}", t.dtype(), t.shape()),
-                });
-            }
+            let name = c
+                .param
+                .clone()
+                .unwrap_or_else(|| format!("constant buffer {}", c.buffer));
+            super::exec::dtype_numel_check(&name, d.dtype, d.numel, (t.dtype(), t.shape()))?;
             out.push((t, c.offset));
         }
         Ok(out)
