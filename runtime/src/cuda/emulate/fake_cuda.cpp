@@ -85,7 +85,6 @@ enum : int {
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_LAUNCH_FAILED = 719,
     CUDA_ERROR_NOT_SUPPORTED = 801,
-    CUDA_ERROR_UNKNOWN = 999,
 };
 
 namespace {
@@ -295,7 +294,6 @@ struct Copy {
 };
 
 void do_copy(void* p) {
-    if (!p) return;
     Copy* c = (Copy*)p;
     memmove(c->dst, c->src, c->bytes);
     if (c->owned_src) free((void*)c->src);
@@ -309,7 +307,6 @@ struct Set {
 };
 
 void do_set(void* p) {
-    if (!p) return;
     Set* s = (Set*)p;
     memset(s->dst, s->value, s->bytes);
     delete s;
@@ -321,7 +318,6 @@ struct Record {
 };
 
 void do_record(void* p) {
-    if (!p) return;
     Record* r = (Record*)p;
     {
         std::lock_guard<std::mutex> lock(r->event->mu);
@@ -333,7 +329,6 @@ void do_record(void* p) {
 }
 
 void do_wait(void* p) {
-    if (!p) return;
     Record* r = (Record*)p;
     {
         std::unique_lock<std::mutex> lock(r->event->mu);
@@ -350,7 +345,6 @@ struct Launch {
 };
 
 void do_launch(void* p) {
-    if (!p) return;
     Launch* l = (Launch*)p;
     void* args[64];
     for (unsigned i = 0; i < l->count; ++i) args[i] = &l->slots[i];
@@ -1317,7 +1311,6 @@ struct Gemm {
 };
 
 void do_gemm(void* p) {
-    if (!p) return;
     Gemm* g = (Gemm*)p;
     for (int bt = 0; bt < g->batch; ++bt) {
         const char* a = g->a + bt * g->sa * elem_size(g->type);
