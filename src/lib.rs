@@ -90,6 +90,11 @@ pub struct Options {
     /// [`MathMode::Libm`] matches the C library (and the reference interpreter) bit for bit,
     /// several times slower. (CUDA C kernels use CUDA's math library.)
     pub math: MathMode,
+    /// On the CPU: no software prefetch in kernels' vector loops. By default each loop
+    /// prefetches the memory it loads and stores 2 KiB ahead
+    /// ([`smelt_codegen::llvm::JitOptions::prefetch_bytes`]), which lets kernels that compute
+    /// much per element overlap their memory traffic with their arithmetic.
+    pub no_prefetch: bool,
 }
 
 impl Options {
@@ -99,6 +104,20 @@ impl Options {
             fuse: !self.no_fuse,
             fast_math: self.fast_math,
             ..PassOptions::default()
+        }
+    }
+
+    /// The JIT options CPU kernels are compiled with under these options.
+    pub fn jit_options(&self) -> smelt_codegen::llvm::JitOptions {
+        let defaults = smelt_codegen::llvm::JitOptions::default();
+        smelt_codegen::llvm::JitOptions {
+            math: self.math,
+            prefetch_bytes: if self.no_prefetch {
+                None
+            } else {
+                defaults.prefetch_bytes
+            },
+            ..defaults
         }
     }
 }
@@ -124,7 +143,7 @@ enum Backend {
     Cpu {
         program: Box<smelt_passes::kernel::Program>,
         cpu: Box<smelt_runtime::cpu::CpuProgram>,
-        math: MathMode,
+        jit: smelt_codegen::llvm::JitOptions,
     },
     /// The lowered kernel program on a CUDA GPU.
     Cuda {
@@ -168,12 +187,12 @@ pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
     let backend = match device {
         Device::Cpu => {
             let program = smelt_passes::kernel::lower(&optimized.graph, &optimized.plan)?;
-            let math = options.math;
-            let cpu = cpu_program(&program, &optimized.graph, &HashMap::new(), math)?;
+            let jit = options.jit_options();
+            let cpu = cpu_program(&program, &optimized.graph, &HashMap::new(), &jit)?;
             Backend::Cpu {
                 program: Box::new(program),
                 cpu: Box::new(cpu),
-                math,
+                jit,
             }
         }
         Device::Cuda(n) => {
@@ -207,20 +226,17 @@ pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
     Ok(compiled)
 }
 
-/// JIT-compiles `program` for the host with `params` bound and `math` for its transcendental
-/// functions, and gives its outputs the shapes of `graph`'s outputs (buffers are flat).
+/// JIT-compiles `program` for the host with `params` bound under `jit`, and gives its
+/// outputs the shapes of `graph`'s outputs (buffers are flat).
 fn cpu_program(
     program: &smelt_passes::kernel::Program,
     graph: &Graph,
     params: &HashMap<String, HostTensor>,
-    math: MathMode,
+    jit: &smelt_codegen::llvm::JitOptions,
 ) -> Result<smelt_runtime::cpu::CpuProgram> {
     let cpu_err = |e: smelt_runtime::cpu::CpuError| Error::Runtime(e.into());
     let options = smelt_runtime::cpu::CpuOptions {
-        jit: smelt_codegen::llvm::JitOptions {
-            math,
-            ..Default::default()
-        },
+        jit: jit.clone(),
         ..Default::default()
     };
     let mut cpu =
@@ -347,8 +363,8 @@ impl Compiled {
         self.params.extend(params);
         // The CPU program holds bound parameters; rebuild it with the new set.
         match &mut self.backend {
-            Backend::Cpu { program, cpu, math } => {
-                **cpu = cpu_program(program, &self.optimized.graph, &self.params, *math)?;
+            Backend::Cpu { program, cpu, jit } => {
+                **cpu = cpu_program(program, &self.optimized.graph, &self.params, jit)?;
             }
             Backend::Cuda {
                 program,

@@ -120,6 +120,10 @@ enum Command {
         /// the reference interpreter) instead of the default polynomials.
         #[arg(long)]
         libm_math: bool,
+        /// CPU kernels without software prefetch (by default their vector loops prefetch
+        /// 2 KiB ahead), to measure what prefetching buys.
+        #[arg(long)]
+        no_prefetch: bool,
     },
     /// Compile a built-in model (a BERT-style encoder layer) and run it on the best device.
     Demo {
@@ -183,6 +187,7 @@ fn main() -> ExitCode {
             no_stream,
             min_time_ms,
             libm_math,
+            no_prefetch,
         } => {
             let stream = match (no_stream, stream_bytes) {
                 (true, _) => None,
@@ -201,6 +206,7 @@ fn main() -> ExitCode {
                     stream,
                     command: std::env::args().collect::<Vec<_>>().join(" "),
                     math: math_mode(libm_math),
+                    no_prefetch,
                 },
                 json.as_deref(),
                 chart.as_deref(),

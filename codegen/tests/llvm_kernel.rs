@@ -562,6 +562,134 @@ mod with_llvm {
         )
     }
 
+    /// `n` f32s that end where an inaccessible page begins, so that a kernel's reads and
+    /// writes past them would fault; unmapped on drop.
+    struct Guarded {
+        map: *mut libc::c_void,
+        len: usize,
+        data: *mut f32,
+    }
+
+    impl Guarded {
+        fn new(values: &[f32]) -> Guarded {
+            let page = 4096;
+            let bytes = values.len() * 4;
+            let body = bytes.div_ceil(page) * page;
+            let len = body + page;
+            // SAFETY: an anonymous private mapping of `len` bytes; checked below.
+            let map = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(map, libc::MAP_FAILED, "mmap");
+            // SAFETY: the last page of the mapping just made.
+            let r =
+                unsafe { libc::mprotect(map.cast::<u8>().add(body).cast(), page, libc::PROT_NONE) };
+            assert_eq!(r, 0, "mprotect");
+            // SAFETY: `body - bytes` is inside the mapping, and 4-aligned (both are multiples
+            // of 4); the `values.len()` f32s from there end at the guard page.
+            let data = unsafe { map.cast::<u8>().add(body - bytes).cast::<f32>() };
+            // SAFETY: `data` has room for `values.len()` f32s (above), not overlapping `values`.
+            unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), data, values.len()) };
+            Guarded { map, len, data }
+        }
+    }
+
+    impl Drop for Guarded {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`, unmapped once.
+            unsafe { libc::munmap(self.map, self.len) };
+        }
+    }
+
+    /// Software prefetch (`JitOptions::prefetch_bytes`, on by default): on x86-64 every vector
+    /// loop's loads and stores are preceded by read and write prefetches that distance ahead,
+    /// and there are none with it off; the values are the same bits either way. Every buffer
+    /// here ends at an inaccessible page, so the prefetches of the last lines point into it:
+    /// prefetches never fault.
+    #[test]
+    fn prefetches_precede_vector_accesses_change_no_value_and_never_fault() {
+        let (rows, cols) = (40, 203);
+        let (ks, decls) = streaming_pair(rows, cols);
+        let refs: Vec<&Kernel> = ks.iter().collect();
+        let with = |prefetch_bytes: Option<u32>| JitOptions {
+            prefetch_bytes,
+            ..JitOptions::default()
+        };
+        assert_eq!(with(None).prefetch_bytes, None);
+        assert_eq!(JitOptions::default().prefetch_bytes, Some(2048));
+        let on = compile_program_kernels(&refs, &decls, &JitOptions::default()).unwrap();
+        let far = compile_program_kernels(&refs, &decls, &with(Some(1 << 20))).unwrap();
+        let off = compile_program_kernels(&refs, &decls, &with(None)).unwrap();
+        if cfg!(target_arch = "x86_64") {
+            let ir = on.module.optimized_ir();
+            for name in ["@k_ew(", "@k_row("] {
+                let f = ir
+                    .split("\ndefine ")
+                    .find(|f| f.contains(name))
+                    .expect("the kernel is defined");
+                let f = f.split("\n}").next().unwrap_or(f);
+                for (rw, what) in [(0, "read"), (1, "write")] {
+                    let call = "@llvm.prefetch.p0i8(i8* %";
+                    let args = format!(", i32 {rw}, i32 3, i32 1)");
+                    assert!(
+                        f.lines().any(|l| l.contains(call) && l.contains(&args)),
+                        "no {what} prefetch in {name}:\n{f}"
+                    );
+                }
+                assert!(
+                    f.contains("i64 2048"),
+                    "no 2048-byte distance in {name}:\n{f}"
+                );
+            }
+            assert!(!off.module.optimized_ir().contains("llvm.prefetch"));
+        }
+        let n = rows * cols;
+        let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let b: Vec<f32> = (0..cols).map(|i| i as f32 * 0.1 - 1.0).collect();
+        let mut want = vec![0f32; n];
+        for i in 0..rows {
+            for j in 0..cols {
+                let x = a[i * cols + j];
+                want[i * cols + j] = x * b[j] + x;
+            }
+        }
+        type F = unsafe extern "C" fn(*const *mut u8, i64, i64);
+        for (k, kern) in ks.iter().enumerate() {
+            let extent = kernel_extent(kern).unwrap();
+            for (what, compiled) in [("2 KiB", &on), ("1 MiB", &far), ("off", &off)] {
+                // SAFETY: the code generator emits `void (i8**, i64, i64)` entry points.
+                let f: F = unsafe { compiled.module.function(&compiled.entries[k]) }.unwrap();
+                let (ga, gb, out) = (Guarded::new(&a), Guarded::new(&b), Guarded::new(&want));
+                let mut status = 0i32;
+                let args: [*mut u8; 4] = [
+                    ga.data.cast(),
+                    gb.data.cast(),
+                    out.data.cast(),
+                    (&mut status as *mut i32).cast(),
+                ];
+                // SAFETY: each pointer has its buffer's declared elements behind it.
+                unsafe { std::ptr::write_bytes(out.data, 0xff, n) };
+                // SAFETY: as above; the whole extent in one chunk.
+                unsafe { f(args.as_ptr(), 0, extent) };
+                assert_eq!(status, 0);
+                // SAFETY: `out` holds `n` f32s.
+                let got = unsafe { std::slice::from_raw_parts(out.data, n) };
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits());
+                assert!(same, "kernel {k}, prefetch {what}: values differ");
+            }
+        }
+    }
+
     /// Streaming stores (peeled loops, `!nontemporal` vector stores) give the same bits as plain
     /// ones for every alignment of the output and every chunking, and write nothing outside it.
     #[test]

@@ -41,6 +41,9 @@ pub struct BenchOptions {
     pub command: String,
     /// How CPU kernels compute f32 `exp`/`tanh`/`erf` (`--libm-math`: the C library's way).
     pub math: MathMode,
+    /// CPU kernels without software prefetch (`--no-prefetch`; see
+    /// [`crate::Options::no_prefetch`]).
+    pub no_prefetch: bool,
 }
 
 /// The copy-bandwidth reference of a run.
@@ -81,6 +84,9 @@ pub struct Report {
     pub quick: bool,
     /// The CPU kernels' f32 math (`polynomial` or `libm`, see [`MathMode`]).
     pub math: String,
+    /// How far ahead CPU kernels' vector loops prefetch, in bytes; `None`: no software
+    /// prefetch (`--no-prefetch`).
+    pub prefetch_bytes: Option<u32>,
     pub min_time_ms: f64,
     pub min_iters: usize,
     pub stream: Option<StreamReport>,
@@ -165,6 +171,12 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         }
         None => None,
     };
+    let compile_options = crate::Options {
+        device,
+        math: opts.math,
+        no_prefetch: opts.no_prefetch,
+        ..crate::Options::default()
+    };
     let n = selected.len();
     let mut results = Vec::with_capacity(n);
     for (i, case) in selected.iter().enumerate() {
@@ -172,7 +184,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
             progress(&format!("[{}/{n}] {}: {what}", i + 1, case.name));
         };
         let copy = before.map(|b| b.gbps);
-        let r = run::measure(case, size, device, opts.math, &budget, copy, &mut step)?;
+        let r = run::measure(case, size, &compile_options, &budget, copy, &mut step)?;
         progress(&format!("[{}/{n}] {}", i + 1, report::summary(&r)));
         results.push(r);
     }
@@ -205,6 +217,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         gpu: gpu.map(gpu_description),
         quick: opts.quick,
         math: opts.math.to_string(),
+        prefetch_bytes: compile_options.jit_options().prefetch_bytes,
         min_time_ms: budget.min_time.as_secs_f64() * 1e3,
         min_iters: budget.min_iters,
         stream,

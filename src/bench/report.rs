@@ -31,7 +31,15 @@ pub fn tables(r: &Report) -> String {
     if let Some(g) = &r.gpu {
         let _ = writeln!(s, "gpu: {g}");
     }
-    let _ = writeln!(s, "cpu kernels' f32 exp/tanh/erf: {}", r.math);
+    let _ = writeln!(
+        s,
+        "cpu kernels' f32 exp/tanh/erf: {}; software prefetch: {}",
+        r.math,
+        match r.prefetch_bytes {
+            Some(n) => format!("{n} bytes ahead"),
+            None => "off".to_string(),
+        }
+    );
     match &r.stream {
         Some(st) => {
             let _ = writeln!(

@@ -13,7 +13,7 @@
 //! the figures are the kernels', not the PCIe bus's.
 
 use super::cases::{self, Case, Size};
-use crate::{compile_with, Compiled, CudaProgram, Device, DeviceTensor, MathMode, Options, Result};
+use crate::{compile_with, Compiled, CudaProgram, DeviceTensor, Options, Result};
 use serde::Serialize;
 use smelt_ir::HostTensor;
 use smelt_passes::SaturationReport;
@@ -215,22 +215,20 @@ fn timing(t: Series, min_bytes: u64, copy_gbps: Option<f64>) -> Timing {
     }
 }
 
+/// Compiles `graph` under `base` (fused or not as `no_fuse` says) with `params` bound.
 fn compile(
     graph: &smelt_ir::Graph,
-    device: Device,
+    base: &Options,
     no_fuse: bool,
-    math: MathMode,
     params: &HashMap<String, HostTensor>,
 ) -> Result<(Compiled, Duration)> {
     let start = Instant::now();
     let c = compile_with(
         graph,
         Options {
-            device,
             no_fuse,
-            math,
             params: params.clone(),
-            ..Options::default()
+            ..base.clone()
         },
     )?;
     Ok((c, start.elapsed()))
@@ -282,13 +280,13 @@ fn max_abs_diff(a: &[HostTensor], b: &[HostTensor]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Measures `case` at `size` on `device`; `copy_gbps` is the copy bandwidth percentages
+/// Measures `case` at `size`, compiled under `options` (its device, CPU math and prefetch;
+/// fusion and parameters are set per plan); `copy_gbps` is the copy bandwidth percentages
 /// refer to; `progress` is told each step.
 pub fn measure(
     case: &Case,
     size: Size,
-    device: Device,
-    math: MathMode,
+    options: &Options,
     budget: &Budget,
     copy_gbps: Option<f64>,
     progress: &mut dyn FnMut(&str),
@@ -300,11 +298,11 @@ pub fn measure(
 
     progress("compile");
     smelt_runtime::cpu::clear_jit_cache();
-    let (fused, fused_cold) = compile(&graph, device, false, math, &params)?;
-    let fused_cached = compile(&graph, device, false, math, &params)?.1;
+    let (fused, fused_cold) = compile(&graph, options, false, &params)?;
+    let fused_cached = compile(&graph, options, false, &params)?.1;
     smelt_runtime::cpu::clear_jit_cache();
-    let (unfused, unfused_cold) = compile(&graph, device, true, math, &params)?;
-    let unfused_cached = compile(&graph, device, true, math, &params)?.1;
+    let (unfused, unfused_cold) = compile(&graph, options, true, &params)?;
+    let unfused_cached = compile(&graph, options, true, &params)?.1;
 
     let mut out_fused = zeros_like_outputs(&fused);
     let mut out_unfused = zeros_like_outputs(&unfused);

@@ -169,7 +169,7 @@ where
     let module = context.create_module(name);
     build(&context, &module)?;
     let (cpu, features) = cpu_and_features(&options.target)?;
-    prepare(&module, name, options.opt_level, &cpu, &features)
+    prepare(&module, name, options, &cpu, &features)
 }
 
 fn parse_ir<'ctx>(ctx: &'ctx Context, name: &str, ir: &str) -> Result<Module<'ctx>> {
@@ -199,7 +199,7 @@ fn compile_impl(
     // `compile`).
     let ctx: &'static Context = unsafe { owned.get() };
     let module = make_module(ctx)?;
-    let ir = prepare(&module, name, options.opt_level, &cpu, &features)?;
+    let ir = prepare(&module, name, options, &cpu, &features)?;
     let engine = module
         .create_jit_execution_engine(llvm_opt_level(options.opt_level))
         .map_err(|e| LlvmError::Jit {
@@ -244,10 +244,11 @@ fn compile_impl(
 fn prepare(
     module: &Module<'_>,
     name: &str,
-    opt: OptLevel,
+    options: &JitOptions,
     cpu: &str,
     features: &str,
 ) -> Result<String> {
+    let opt = options.opt_level;
     let machine = target_machine(cpu, features, opt)?;
     module.set_triple(&machine.get_triple());
     module.set_data_layout(&machine.get_target_data().get_data_layout());
@@ -291,6 +292,9 @@ fn prepare(
         })?;
     super::kernel::inline_after_vectorizing(module, &machine)?;
     super::kernel::mark_streaming_stores(module)?;
+    if let Some(distance) = options.prefetch_bytes {
+        super::kernel::insert_prefetches(module, distance)?;
+    }
     Ok(module.print_to_string().to_string())
 }
 

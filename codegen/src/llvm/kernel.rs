@@ -54,6 +54,7 @@ mod access;
 mod convert;
 mod math;
 mod poly;
+mod prefetch;
 mod reduce;
 mod reuse;
 mod scalar;
@@ -61,6 +62,7 @@ mod scalef;
 mod stream;
 
 use access::check_affine_bounds;
+pub(crate) use prefetch::insert_prefetches;
 pub(crate) use scalef::inline_after_vectorizing;
 pub use scalef::Scalef;
 pub(crate) use stream::mark_streaming_stores;

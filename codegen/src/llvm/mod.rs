@@ -27,7 +27,9 @@ mod error;
 mod options;
 
 pub use error::{LlvmError, Result};
-pub use options::{CpuTarget, HostTarget, JitOptions, MathMode, OptLevel, NONTEMPORAL_MIN_BYTES};
+pub use options::{
+    CpuTarget, HostTarget, JitOptions, MathMode, OptLevel, NONTEMPORAL_MIN_BYTES, PREFETCH_BYTES,
+};
 
 #[cfg(feature = "llvm")]
 pub mod demo;

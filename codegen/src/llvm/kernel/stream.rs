@@ -278,7 +278,15 @@ fn whole_aligned_vector_store(data: &TargetData, inst: InstructionValue<'_>) -> 
 /// Whether a store's address is derived (through GEPs and casts) from a stack slot: scratch
 /// that is read again soon, which streaming would push out of the cache.
 fn to_stack(store: InstructionValue<'_>) -> bool {
-    let mut p = store.get_operand(1);
+    match store.get_operand(1) {
+        Some(Operand::Value(BasicValueEnum::PointerValue(p))) => from_stack(p),
+        _ => false,
+    }
+}
+
+/// Whether an address is derived (through GEPs and casts) from a stack slot.
+pub(crate) fn from_stack(p: PointerValue<'_>) -> bool {
+    let mut p = Some(Operand::Value(p.into()));
     for _ in 0..32 {
         let Some(Operand::Value(v)) = p else {
             return false;
