@@ -194,6 +194,11 @@ fn cli_writes_json_and_chart() {
         assert!(report[key].is_string(), "{key}: {report}");
     }
     assert_eq!(report["math"], "polynomial");
+    assert_eq!(report["prefetch_bytes"], 2048);
+    assert!(
+        stdout.contains("software prefetch: 2048 bytes ahead"),
+        "{stdout}"
+    );
     assert!(report["machine"]["cpu"].is_string());
     assert!(report["machine"]["threads"].is_u64());
     let stream = &report["stream"];
@@ -249,9 +254,9 @@ fn cli_writes_json_and_chart() {
     assert!(svg.contains("softmax-65536x768"));
 }
 
-/// `--libm-math` is recorded in the output and the JSON; fused and unfused still agree.
+/// `--libm-math` and `--no-prefetch` are recorded in the output and the JSON.
 #[test]
-fn cli_libm_math_is_recorded() {
+fn cli_libm_math_and_no_prefetch_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let out = smelt(&[
@@ -261,14 +266,19 @@ fn cli_libm_math_is_recorded() {
         "--case",
         "chain",
         "--libm-math",
+        "--no-prefetch",
         "--json",
         json.to_str().unwrap(),
     ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(stdout.contains("f32 exp/tanh/erf: libm"), "{stdout}");
+    assert!(
+        stdout.contains("f32 exp/tanh/erf: libm; software prefetch: off"),
+        "{stdout}"
+    );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["math"], "libm");
+    assert!(report["prefetch_bytes"].is_null(), "{report}");
     assert_eq!(report["cases"].as_array().unwrap().len(), 1);
 }
 
