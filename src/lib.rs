@@ -95,6 +95,12 @@ pub struct Options {
     /// ([`smelt_codegen::llvm::JitOptions::prefetch_bytes`]), which lets kernels that compute
     /// much per element overlap their memory traffic with their arithmetic.
     pub no_prefetch: bool,
+    /// On the CPU: kernels whose outputs are all at least 16 MiB write whole cache lines with
+    /// streaming (non-temporal) stores, which skip the read of each line a plain store does
+    /// first ([`smelt_codegen::llvm::JitOptions::nontemporal_min_bytes`]). Off by default:
+    /// on the machine it was measured on it helped some kernels and slowed others
+    /// (BENCHMARKS.md); values are the same either way.
+    pub streaming_stores: bool,
 }
 
 impl Options {
@@ -117,6 +123,9 @@ impl Options {
             } else {
                 defaults.prefetch_bytes
             },
+            nontemporal_min_bytes: self
+                .streaming_stores
+                .then_some(smelt_codegen::llvm::NONTEMPORAL_MIN_BYTES),
             ..defaults
         }
     }

@@ -124,6 +124,10 @@ enum Command {
         /// 2 KiB ahead), to measure what prefetching buys.
         #[arg(long)]
         no_prefetch: bool,
+        /// CPU kernels whose outputs are all at least 16 MiB write them with streaming
+        /// (non-temporal) stores, which skip reading each line before writing it.
+        #[arg(long)]
+        streaming_stores: bool,
     },
     /// Compile a built-in model (a BERT-style encoder layer) and run it on the best device.
     Demo {
@@ -188,6 +192,7 @@ fn main() -> ExitCode {
             min_time_ms,
             libm_math,
             no_prefetch,
+            streaming_stores,
         } => {
             let stream = match (no_stream, stream_bytes) {
                 (true, _) => None,
@@ -207,6 +212,7 @@ fn main() -> ExitCode {
                     command: std::env::args().collect::<Vec<_>>().join(" "),
                     math: math_mode(libm_math),
                     no_prefetch,
+                    streaming_stores,
                 },
                 json.as_deref(),
                 chart.as_deref(),

@@ -195,6 +195,8 @@ fn cli_writes_json_and_chart() {
     }
     assert_eq!(report["math"], "polynomial");
     assert_eq!(report["prefetch_bytes"], 2048);
+    assert!(report["streaming_stores_min_bytes"].is_null(), "{report}");
+    assert!(!stdout.contains("streaming stores"), "{stdout}");
     assert!(
         stdout.contains("software prefetch: 2048 bytes ahead"),
         "{stdout}"
@@ -254,9 +256,10 @@ fn cli_writes_json_and_chart() {
     assert!(svg.contains("softmax-65536x768"));
 }
 
-/// `--libm-math` and `--no-prefetch` are recorded in the output and the JSON.
+/// `--libm-math`, `--no-prefetch` and `--streaming-stores` are recorded in the output and
+/// the JSON.
 #[test]
-fn cli_libm_math_and_no_prefetch_are_recorded() {
+fn cli_libm_math_no_prefetch_and_streaming_stores_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let out = smelt(&[
@@ -267,6 +270,7 @@ fn cli_libm_math_and_no_prefetch_are_recorded() {
         "chain",
         "--libm-math",
         "--no-prefetch",
+        "--streaming-stores",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -279,6 +283,11 @@ fn cli_libm_math_and_no_prefetch_are_recorded() {
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["math"], "libm");
     assert!(report["prefetch_bytes"].is_null(), "{report}");
+    assert_eq!(report["streaming_stores_min_bytes"], 16 << 20);
+    assert!(
+        stdout.contains("streaming stores: in kernels whose outputs are all >= 16 MiB"),
+        "{stdout}"
+    );
     assert_eq!(report["cases"].as_array().unwrap().len(), 1);
 }
 

@@ -713,6 +713,23 @@ mod with_llvm {
                 let f = f.split("\n}").next().unwrap_or(f);
                 assert!(f.contains("!nontemporal"), "no streaming store in:\n{f}");
                 assert!(f.contains("llvm.x86.sse.sfence"), "no sfence in:\n{f}");
+                // Write prefetches (on by default) go with the plain vector stores only: a
+                // streaming store does not read its line.
+                let plain_vector_stores = f
+                    .lines()
+                    .filter(|l| {
+                        l.trim_start().starts_with("store <")
+                            && !l.contains("!nontemporal")
+                            && (l.contains("<8 x float>") || l.contains("<16 x float>"))
+                    })
+                    .count();
+                let write_prefetches = f
+                    .lines()
+                    .filter(|l| {
+                        l.contains("@llvm.prefetch") && l.contains(", i32 1, i32 3, i32 1)")
+                    })
+                    .count();
+                assert_eq!(write_prefetches, plain_vector_stores, "in:\n{f}");
             }
             assert!(!plain.module.optimized_ir().contains("!nontemporal"));
         }

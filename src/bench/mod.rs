@@ -44,6 +44,9 @@ pub struct BenchOptions {
     /// CPU kernels without software prefetch (`--no-prefetch`; see
     /// [`crate::Options::no_prefetch`]).
     pub no_prefetch: bool,
+    /// CPU kernels writing large outputs use streaming stores (`--streaming-stores`; see
+    /// [`crate::Options::streaming_stores`]).
+    pub streaming_stores: bool,
 }
 
 /// The copy-bandwidth reference of a run.
@@ -87,6 +90,9 @@ pub struct Report {
     /// How far ahead CPU kernels' vector loops prefetch, in bytes; `None`: no software
     /// prefetch (`--no-prefetch`).
     pub prefetch_bytes: Option<u32>,
+    /// CPU kernels whose outputs are all at least this many bytes use streaming stores;
+    /// `None`: none do (the default).
+    pub streaming_stores_min_bytes: Option<u64>,
     pub min_time_ms: f64,
     pub min_iters: usize,
     pub stream: Option<StreamReport>,
@@ -175,6 +181,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         device,
         math: opts.math,
         no_prefetch: opts.no_prefetch,
+        streaming_stores: opts.streaming_stores,
         ..crate::Options::default()
     };
     let n = selected.len();
@@ -218,6 +225,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         quick: opts.quick,
         math: opts.math.to_string(),
         prefetch_bytes: compile_options.jit_options().prefetch_bytes,
+        streaming_stores_min_bytes: compile_options.jit_options().nontemporal_min_bytes,
         min_time_ms: budget.min_time.as_secs_f64() * 1e3,
         min_iters: budget.min_iters,
         stream,

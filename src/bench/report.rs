@@ -40,6 +40,13 @@ pub fn tables(r: &Report) -> String {
             None => "off".to_string(),
         }
     );
+    if let Some(n) = r.streaming_stores_min_bytes {
+        let _ = writeln!(
+            s,
+            "streaming stores: in kernels whose outputs are all >= {} MiB",
+            n >> 20
+        );
+    }
     match &r.stream {
         Some(st) => {
             let _ = writeln!(

@@ -85,8 +85,9 @@ pub struct JitOptions {
     /// aligned 64-byte vectors with non-temporal (streaming) stores, which skip the
     /// read-for-ownership of each output cache line. Values are unchanged either way.
     /// `None` (the default): never. Opt-in, because on the machine it was measured on (a
-    /// 2-vCPU VM with a 480 MB last-level cache) streaming made every fused kernel slower,
-    /// even ones writing 1 GiB (see BENCHMARKS.md).
+    /// 2-vCPU VM with a 480 MB last-level cache) streaming made every fused kernel slower
+    /// without software prefetch, and with it (the default) some faster and some slower
+    /// (see BENCHMARKS.md). `smelt::Options::streaming_stores` turns it on.
     pub nontemporal_min_bytes: Option<u64>,
     /// Kernels' vector loops prefetch each cache line they load or store this many bytes
     /// before they reach it (`kernel/prefetch.rs`), so that memory traffic overlaps the

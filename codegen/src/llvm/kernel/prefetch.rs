@@ -8,17 +8,16 @@
 //! and arithmetic overlap. So, after optimisation (when the loop vectoriser has made the
 //! vector loads and stores), every load of a vector of at least 32 bytes (AVX2's width; a
 //! 64-byte AVX-512 vector is one cache line) and every such store, to memory other than the
-//! stack, is preceded by
-//! `llvm.prefetch` of the address `prefetch_bytes` further on (`prefetcht0` for a load,
-//! `prefetchw` for a store on x86-64). Rows of a row kernel follow each other in memory, so a
-//! row's prefetches fetch the start of the next rows while it computes.
+//! stack, is preceded by `llvm.prefetch` of the address `prefetch_bytes` further on
+//! (`prefetcht0` for a load, `prefetchw` for a store on x86-64; none for a streaming store,
+//! see `stream.rs`). Rows of a row kernel follow each other in memory, so a row's prefetches
+//! fetch the start of the next rows while it computes.
 //!
 //! A prefetch never faults and never changes a value: the address may lie past the end of a
 //! buffer (it is computed with a plain, not `inbounds`, GEP, so it is not poison either), and
-//! the kernel's results are the same bits with and without.
-//! Measured side by side (BENCHMARKS.md): the fused elementwise chain over 16M floats went
-//! from about 10 ms to 6 ms, bias + GELU over 65536 x 768 from 36 to 26 ms, kernels on data
-//! in cache unchanged.
+//! the kernel's results are the same bits with and without. Measured side by side
+//! (BENCHMARKS.md): the fused elementwise chain over 16M floats went from about 10 ms to 7 ms,
+//! bias + GELU over 65536 x 768 from 40 to 27 ms, kernels on data in cache unchanged.
 
 use super::declare;
 use super::stream::from_stack;
@@ -52,6 +51,7 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
             .fn_type(&[i8p.into(), i32t.into(), i32t.into(), i32t.into()], false),
     );
     let ahead = ctx.i64_type().const_int(u64::from(distance), false);
+    let nontemporal = ctx.get_kind_id("nontemporal");
     let b = ctx.create_builder();
     for f in module.get_functions() {
         for bb in f.get_basic_blocks() {
@@ -61,6 +61,11 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
                 let Some((p, write)) = line_access(&data, inst) else {
                     continue;
                 };
+                // A streaming store (`stream.rs`) writes its line without reading it: a write
+                // prefetch would fetch the line it avoids.
+                if write && inst.get_metadata(nontemporal).is_some() {
+                    continue;
+                }
                 if from_stack(p) {
                     continue;
                 }

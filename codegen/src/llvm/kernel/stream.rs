@@ -24,7 +24,9 @@
 //!    left plain: half-line streaming stores made a permute kernel 18x slower when measured.
 //!
 //! Streaming is opt-in (`JitOptions::nontemporal_min_bytes`, default `None`): on the VM it
-//! was measured on, it made every fused kernel slower (BENCHMARKS.md).
+//! was measured on, it made every fused kernel slower without software prefetch, and with it
+//! (`prefetch.rs`, which puts no write prefetch before a streaming store) some faster and
+//! some slower (BENCHMARKS.md).
 //! 4. **Ordering**: streaming stores are weakly ordered, so the entry function ends with
 //!    `sfence` (x86-64) before it returns and the pool reports the chunk done.
 
