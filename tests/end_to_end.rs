@@ -178,3 +178,62 @@ fn packed_linear_weights_match_the_reference() {
         }
     }
 }
+
+/// The CPU code-generation options (`no_prefetch`, `streaming_stores`) reach the JIT and
+/// change no value: the same graph (a bias, a GELU and a softmax over a 16 MiB tensor, the
+/// only output, so that streaming applies; the bias bound after compilation, which
+/// recompiles) gives the same bits under every combination.
+#[test]
+fn cpu_codegen_options_change_no_value() {
+    use smelt::frontend::Tracer;
+    use smelt::ir::DType;
+    use smelt::{compile_with, Device, Options};
+    let (rows, cols) = (4096, 1024);
+    let t = Tracer::new();
+    let x = t.input("x", DType::F32, [rows, cols]).unwrap();
+    let b = t.param("b", DType::F32, [cols]).unwrap();
+    let h = x
+        .add(&b)
+        .unwrap()
+        .gelu(smelt::frontend::GeluApproximation::None)
+        .unwrap();
+    t.output("p", &h.softmax(-1).unwrap()).unwrap();
+    let graph = t.finish().unwrap();
+    let x = (0..rows * cols)
+        .map(|i| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 3.0)
+        .collect();
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        HostTensor::from_f32([rows, cols], x).unwrap(),
+    )]);
+    let b = (0..cols).map(|i| i as f32 / cols as f32 - 0.5).collect();
+    let params = HashMap::from([("b".to_string(), HostTensor::from_f32([cols], b).unwrap())]);
+    let run = |no_prefetch: bool, streaming_stores: bool| {
+        let options = Options {
+            device: Device::Cpu,
+            no_prefetch,
+            streaming_stores,
+            ..Options::default()
+        };
+        let jit = options.jit_options();
+        assert_eq!(jit.prefetch_bytes.is_none(), no_prefetch);
+        assert_eq!(jit.nontemporal_min_bytes.is_some(), streaming_stores);
+        let mut compiled = compile_with(&graph, options).unwrap();
+        compiled.bind_params(params.clone()).unwrap();
+        compiled.run(&inputs).unwrap()
+    };
+    let want = run(false, false);
+    for (no_prefetch, streaming) in [(true, false), (false, true), (true, true)] {
+        let got = run(no_prefetch, streaming);
+        assert_eq!(got.iter().count(), 1);
+        for (name, w) in want.iter() {
+            let g = got.get(name).unwrap();
+            let same = (0..w.numel())
+                .all(|i| g.data().get_f64(i).to_bits() == w.data().get_f64(i).to_bits());
+            assert!(
+                same,
+                "{name}: no_prefetch {no_prefetch}, streaming {streaming}"
+            );
+        }
+    }
+}
