@@ -562,6 +562,32 @@ mod with_llvm {
         )
     }
 
+    /// Inputs `a` (`rows x cols`) and `b` (`cols`) of [`streaming_pair`]'s kernels, and the
+    /// output they must give, computed in Rust.
+    fn streaming_pair_data(rows: usize, cols: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let n = rows * cols;
+        let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let b: Vec<f32> = (0..cols).map(|i| i as f32 * 0.1 - 1.0).collect();
+        let mut want = vec![0f32; n];
+        for i in 0..rows {
+            for j in 0..cols {
+                let x = a[i * cols + j];
+                want[i * cols + j] = x * b[j] + x;
+            }
+        }
+        (a, b, want)
+    }
+
+    /// The text of the first function in module text `ir` that contains `name` (pass the
+    /// function's own `@name(`, which its `define` line holds).
+    fn function_ir<'a>(ir: &'a str, name: &str) -> &'a str {
+        let f = ir
+            .split("\ndefine ")
+            .find(|f| f.contains(name))
+            .expect("the kernel is defined");
+        f.split("\n}").next().unwrap_or(f)
+    }
+
     /// `n` f32s that end where an inaccessible page begins, so that a kernel's reads and
     /// writes past them would fault; unmapped on drop.
     struct Guarded {
@@ -630,11 +656,7 @@ mod with_llvm {
         if cfg!(target_arch = "x86_64") {
             let ir = on.module.optimized_ir();
             for name in ["@k_ew(", "@k_row("] {
-                let f = ir
-                    .split("\ndefine ")
-                    .find(|f| f.contains(name))
-                    .expect("the kernel is defined");
-                let f = f.split("\n}").next().unwrap_or(f);
+                let f = function_ir(ir, name);
                 for (rw, what) in [(0, "read"), (1, "write")] {
                     let call = "@llvm.prefetch.p0i8(i8* %";
                     let args = format!(", i32 {rw}, i32 3, i32 1)");
@@ -651,15 +673,7 @@ mod with_llvm {
             assert!(!off.module.optimized_ir().contains("llvm.prefetch"));
         }
         let n = rows * cols;
-        let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-        let b: Vec<f32> = (0..cols).map(|i| i as f32 * 0.1 - 1.0).collect();
-        let mut want = vec![0f32; n];
-        for i in 0..rows {
-            for j in 0..cols {
-                let x = a[i * cols + j];
-                want[i * cols + j] = x * b[j] + x;
-            }
-        }
+        let (a, b, want) = streaming_pair_data(rows, cols);
         type F = unsafe extern "C" fn(*const *mut u8, i64, i64);
         for (k, kern) in ks.iter().enumerate() {
             let extent = kernel_extent(kern).unwrap();
@@ -706,11 +720,7 @@ mod with_llvm {
         if cfg!(target_arch = "x86_64") {
             let ir = streaming.module.optimized_ir();
             for name in ["@k_ew(", "@k_row("] {
-                let f = ir
-                    .split("\ndefine ")
-                    .find(|f| f.contains(name))
-                    .expect("the kernel is defined");
-                let f = f.split("\n}").next().unwrap_or(f);
+                let f = function_ir(ir, name);
                 assert!(f.contains("!nontemporal"), "no streaming store in:\n{f}");
                 assert!(f.contains("llvm.x86.sse.sfence"), "no sfence in:\n{f}");
                 // Write prefetches (on by default) go with the plain vector stores only: a
@@ -734,15 +744,7 @@ mod with_llvm {
             assert!(!plain.module.optimized_ir().contains("!nontemporal"));
         }
         let n = rows * cols;
-        let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-        let b: Vec<f32> = (0..cols).map(|i| i as f32 * 0.1 - 1.0).collect();
-        let mut want = vec![0f32; n];
-        for i in 0..rows {
-            for j in 0..cols {
-                let x = a[i * cols + j];
-                want[i * cols + j] = x * b[j] + x;
-            }
-        }
+        let (a, b, want) = streaming_pair_data(rows, cols);
         type F = unsafe extern "C" fn(*const *mut u8, i64, i64);
         const GUARD: usize = 64;
         for (k, kern) in ks.iter().enumerate() {
