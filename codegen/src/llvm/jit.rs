@@ -2,8 +2,9 @@
 //!
 //! One [`JitModule`] owns one execution engine and the machine code of every function its
 //! module defines; the module's IR and its LLVM context are freed once the code is loaded
-//! (step 7). Compile the kernels of one graph into one module: each engine costs some pages of
-//! memory and a little setup time.
+//! (step 7). Compile the kernels of one graph into few modules (the CPU runtime uses one per
+//! core, compiled on their own threads): each engine costs some pages of memory and a little
+//! setup time.
 //!
 //! The pipeline, in order (see [`compile`]):
 //! 1. the caller builds the module (inkwell builder) or hands over IR text;

@@ -780,6 +780,10 @@ fn gemm_step(
     })
 }
 
+/// The most threads one program's kernels are JIT-compiled on at once.
+#[cfg(feature = "llvm")]
+const MAX_COMPILE_THREADS: usize = 8;
+
 #[cfg(feature = "llvm")]
 fn jit(program: &Program, kernels: &[&Kernel], options: &JitOptions) -> Result<Vec<CpuKernel>> {
     if kernels.is_empty() {
@@ -787,19 +791,56 @@ fn jit(program: &Program, kernels: &[&Kernel], options: &JitOptions) -> Result<V
     }
     let target = smelt_codegen::llvm::host_target()?.cache_key();
     super::jit_cache::cached(program, kernels, options, &target, || {
-        let compiled = smelt_codegen::llvm::kernel::compile_program_kernels(
-            kernels,
-            &program.buffers,
-            options,
-        )?;
-        let module = Arc::new(compiled.module);
-        compiled
-            .entries
-            .iter()
-            .map(|name| {
-                // SAFETY: the kernel code generator defines every entry as
-                // `void (i8**, i64, i64)` in the calling convention of `super`.
-                unsafe { CpuKernel::new(module.clone(), name) }
+        // LLVM compiles one module on one thread: the kernels are dealt round-robin into one
+        // module per available core, compiled side by side (each module has its own LLVM
+        // context and engine, so nothing is shared between the threads).
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_COMPILE_THREADS)
+            .min(kernels.len());
+        let groups: Vec<Vec<&Kernel>> = (0..threads)
+            .map(|t| kernels.iter().skip(t).step_by(threads).copied().collect())
+            .collect();
+        let compile = |group: &[&Kernel]| {
+            smelt_codegen::llvm::kernel::compile_program_kernels(group, &program.buffers, options)
+        };
+        let compiled: Vec<_> = if threads == 1 {
+            vec![compile(&groups[0])]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = groups.iter().map(|g| s.spawn(move || compile(g))).collect();
+                handles
+                    .into_iter()
+                    .map(|h| match h.join() {
+                        Ok(r) => r,
+                        Err(panic) => std::panic::resume_unwind(panic),
+                    })
+                    .collect()
+            })
+        };
+        let mut per_group = Vec::with_capacity(threads);
+        for c in compiled {
+            let c = c?;
+            let module = Arc::new(c.module);
+            let group = c
+                .entries
+                .iter()
+                .map(|name| {
+                    // SAFETY: the kernel code generator defines every entry as
+                    // `void (i8**, i64, i64)` in the calling convention of `super`.
+                    unsafe { CpuKernel::new(module.clone(), name) }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            per_group.push(group.into_iter());
+        }
+        // Kernel `i` went to group `i % threads`, in order.
+        (0..kernels.len())
+            .map(|i| {
+                per_group[i % threads]
+                    .next()
+                    .ok_or_else(|| CpuError::InvalidProgram {
+                        reason: format!("the JIT returned no entry point for kernel {i}"),
+                    })
             })
             .collect()
     })

@@ -4,7 +4,7 @@
 //! proves bounds against them —, the JIT options, the host target's LLVM version, CPU and
 //! features). Compiling the same graph twice in one process therefore compiles no kernel twice
 //! while it is cached (see below): the second compile takes the machine code of the first
-//! (entry points share one module).
+//! (entry points share the modules they were compiled in).
 //!
 //! The cache holds at most [`DEFAULT_JIT_CACHE_ENTRIES`] programs' modules (or what
 //! [`set_jit_cache_capacity`] says) and forgets the least recently used one beyond that, so a
