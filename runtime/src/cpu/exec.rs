@@ -681,11 +681,12 @@ fn pack_rhs(
 }
 
 /// The `[k, n]` operand whose element `(i, j)` is `v[offset + i + j * sn]` (stored transposed,
-/// as a linear layer's `[n, k]` weight is), copied row-major block after block: block `[c, c +
-/// w)` of `blocks` is `k * w` elements holding row `i`'s columns `c..c + w` from its `i * w`
-/// (blocks cover `0..n` in order, so block `[c, c + w)` starts at element `k * c`). Copied in square tiles, so that both the strided
-/// reads and the strided writes of a tile stay in the cache (element by element in output
-/// order, every read is a cache miss: a BERT layer's weights took 120 ms to pack that way).
+/// as a linear layer's `[n, k]` weight is), copied row-major block after block: block
+/// `[c, c + w)` of `blocks` is `k * w` elements holding row `i`'s columns `c..c + w` from its
+/// `i * w` (blocks cover `0..n` in order, so block `[c, c + w)` starts at element `k * c`).
+/// Copied in square tiles, so that both the strided reads and the strided writes of a tile
+/// stay in the cache (element by element in output order, every read is a cache miss: a BERT
+/// layer's weights took 120 ms to pack that way).
 fn copy_blocks<T: Copy + Default>(
     v: &[T],
     offset: usize,
