@@ -280,7 +280,7 @@ fn max_abs_diff(a: &[HostTensor], b: &[HostTensor]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Measures `case` at `size`, compiled under `options` (its device, CPU math and prefetch;
+/// Measures `case` at `size`, compiled under `options` (its device and CPU code generation;
 /// fusion and parameters are set per plan); `copy_gbps` is the copy bandwidth percentages
 /// refer to; `progress` is told each step.
 pub fn measure(
