@@ -215,6 +215,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         }
         _ => None,
     };
+    let jit = compile_options.jit_options();
     Ok(Report {
         smelt_version: env!("CARGO_PKG_VERSION").to_string(),
         date: report::utc_now(),
@@ -224,8 +225,8 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         gpu: gpu.map(gpu_description),
         quick: opts.quick,
         math: opts.math.to_string(),
-        prefetch_bytes: compile_options.jit_options().prefetch_bytes,
-        streaming_stores_min_bytes: compile_options.jit_options().nontemporal_min_bytes,
+        prefetch_bytes: jit.prefetch_bytes,
+        streaming_stores_min_bytes: jit.nontemporal_min_bytes,
         min_time_ms: budget.min_time.as_secs_f64() * 1e3,
         min_iters: budget.min_iters,
         stream,
