@@ -790,4 +790,115 @@ mod with_llvm {
             }
         }
     }
+
+    /// Row kernels as the pipeline makes them (traced, optimised, lowered): layer_norm and
+    /// softmax end with a store stage after their reductions, and with streaming asked for,
+    /// every such kernel's whole-line vector stores are streaming stores. (The main loop's
+    /// aligned pointer was once indexed by `i - mid`; in these kernels LLVM rewrote
+    /// `mid + index` as `mid | index`, did not fold `(mid | index) - mid`, lost the 64-byte
+    /// alignment and left every store plain.) Streaming or not, the bits are the same.
+    #[test]
+    fn row_kernels_after_reductions_stream_their_stores() {
+        use smelt_frontend::{nn, GeluApproximation, Tracer};
+        type Build = fn(&Tracer, usize, usize) -> smelt_frontend::Tensor;
+        let builds: [(&str, Build); 3] = [
+            ("layer_norm", |t, rows, cols| {
+                let x = t.input("x", DType::F32, [rows, cols]).unwrap();
+                let r = t.input("r", DType::F32, [rows, cols]).unwrap();
+                let w = t.input("w", DType::F32, [cols]).unwrap();
+                let h = x.add(&r).unwrap();
+                nn::layer_norm(&h, &[cols], Some(&w), None, 1e-5).unwrap()
+            }),
+            ("softmax", |t, rows, cols| {
+                let x = t.input("x", DType::F32, [rows, cols]).unwrap();
+                x.softmax(-1).unwrap()
+            }),
+            ("gelu_softmax", |t, rows, cols| {
+                let x = t.input("x", DType::F32, [rows, cols]).unwrap();
+                let g = x.gelu(GeluApproximation::None).unwrap();
+                g.softmax(-1).unwrap()
+            }),
+        ];
+        for (name, build) in builds {
+            for (rows, cols) in [(5, 768), (3, 203), (4, 64)] {
+                let t = Tracer::new();
+                let y = build(&t, rows, cols);
+                t.output("y", &y).unwrap();
+                let graph = t.finish().unwrap();
+                let o = smelt_passes::optimize(&graph, &Default::default()).unwrap();
+                let program = lower(&o.graph, &o.plan).unwrap();
+                let ks: Vec<&Kernel> = program
+                    .steps
+                    .iter()
+                    .filter_map(|s| match s {
+                        Step::Kernel(k) => Some(k),
+                        Step::Gemm(_) => None,
+                    })
+                    .collect();
+                assert_eq!(ks.len(), 1, "{name} {rows}x{cols}: one fused kernel");
+                let with = |min: Option<u64>| JitOptions {
+                    nontemporal_min_bytes: min,
+                    ..JitOptions::default()
+                };
+                let streaming = compile_program_kernels(&ks, &program.buffers, &with(Some(0)));
+                let plain = compile_program_kernels(&ks, &program.buffers, &with(None));
+                let (streaming, plain) = (streaming.unwrap(), plain.unwrap());
+                if cfg!(target_arch = "x86_64") {
+                    let ir = streaming.module.optimized_ir();
+                    let f = function_ir(ir, &format!("@{}(", streaming.entries[0]));
+                    let wide_stores: Vec<&str> = f
+                        .lines()
+                        .filter(|l| {
+                            l.trim_start().starts_with("store <16 x float>")
+                                && !l.contains("%lanes")
+                        })
+                        .collect();
+                    assert!(
+                        wide_stores.iter().any(|l| l.contains("!nontemporal")),
+                        "{name} {rows}x{cols}: no streaming store in:\n{f}"
+                    );
+                    assert!(!plain.module.optimized_ir().contains("!nontemporal"));
+                }
+                // Each read buffer's data (a constant's own, generated for the rest), in the
+                // kernel's parameter order: reads, the write, the status word.
+                let k = ks[0];
+                let decl = |id: BufferId| &program.buffers[id.0 as usize];
+                let reads: Vec<Vec<f32>> = k
+                    .reads
+                    .iter()
+                    .map(|&id| match &decl(id).kind {
+                        BufferKind::Constant(t) => t.to_f32_vec(),
+                        _ => (0..decl(id).numel)
+                            .map(|i| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 3.0)
+                            .collect(),
+                    })
+                    .collect();
+                let outs: Vec<Vec<f32>> = [&streaming, &plain]
+                    .iter()
+                    .map(|c| {
+                        let mut out = vec![0f32; decl(k.writes[0]).numel];
+                        let mut status = 0i32;
+                        let mut args: Vec<*mut u8> =
+                            reads.iter().map(|r| r.as_ptr().cast_mut().cast()).collect();
+                        args.push(out.as_mut_ptr().cast());
+                        args.push((&mut status as *mut i32).cast());
+                        type F = unsafe extern "C" fn(*const *mut u8, i64, i64);
+                        // SAFETY: the code generator emits `void (i8**, i64, i64)` entry points.
+                        let f: F = unsafe { c.module.function(&c.entries[0]) }.unwrap();
+                        // SAFETY: every buffer the kernel reads holds its declared elements,
+                        // the output its own; the range is the kernel's whole extent.
+                        unsafe { f(args.as_ptr(), 0, kernel_extent(k).unwrap()) };
+                        assert_eq!(status, 0);
+                        out
+                    })
+                    .collect();
+                let same = outs[0]
+                    .iter()
+                    .zip(&outs[1])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{name} {rows}x{cols}: streaming changed a value");
+                assert!(outs[0].iter().all(|v| v.is_finite()));
+            }
+        }
+    }
 }

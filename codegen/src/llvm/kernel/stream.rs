@@ -13,7 +13,8 @@
 //!    loop) is split in two: a head of at most `64 / element size - 1` iterations, up to the
 //!    first element of that store's buffer at a 64-byte boundary, then the main loop, whose
 //!    entry tells LLVM so (`llvm.assume((ptrtoint p & 63) == 0)`) and which addresses that
-//!    buffer from the aligned pointer. Both run the same body, so the values are unchanged.
+//!    buffer from the aligned pointer, indexed by the main loop's own count from 0. Both run
+//!    the same body, so the values are unchanged.
 //! 2. **Optimisation** as usual: the vectoriser widens the main loop, and instcombine derives
 //!    that its vector stores are 64-byte aligned from the assumption.
 //! 3. **Marking** ([`mark_streaming_stores`], after optimisation): in such a kernel's entry
@@ -70,6 +71,9 @@ pub(crate) struct AlignedStore<'ctx> {
     /// The element at loop variable `at`, 64-byte aligned.
     base: PointerValue<'ctx>,
     at: IntValue<'ctx>,
+    /// In the main loop's body: its variable `i` and the count `k = i - at` it is computed
+    /// from, which addresses `base` directly (see [`Emitter::aligned_address`]).
+    count: Option<(IntValue<'ctx>, IntValue<'ctx>)>,
 }
 
 /// The first store among `stages` whose access walks loop variable `var` with stride 1 (whole
@@ -155,8 +159,21 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             access,
             base,
             at: mid,
+            count: None,
         });
-        let r = self.counted_loop(mid, hi, name, &mut *f);
+        // The main loop counts `k` from 0 and runs the body at `i = mid + k`, so that the
+        // aligned pointer is indexed by the loop's own counter. Indexed by `i - mid` instead,
+        // the vectoriser's `mid + index` became `mid | index` wherever `mid` < 64 / size was
+        // provable (a row kernel's chunk-independent start), `(mid | index) - mid` was not
+        // simplified back, and the stores' 64-byte alignment, hence their streaming, was lost.
+        let trip = self.b.build_int_nsw_sub(hi, mid, "trip")?;
+        let r = self.counted_loop(i64t.const_zero(), trip, name, |e, k| {
+            let i = e.b.build_int_nsw_add(mid, k, "ik")?;
+            if let Some(a) = e.aligned.as_mut() {
+                a.count = Some((i, k));
+            }
+            f(e, i)
+        });
         self.aligned = outer;
         self.vars.truncate(depth);
         r?;
@@ -192,12 +209,15 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         if a.buffer != buffer || a.access != *access {
             return Ok(None);
         }
-        let (base, at) = (a.base, a.at);
+        let (base, at, count) = (a.base, a.at, a.count);
         let i = *self
             .vars
             .last()
             .ok_or_else(|| self.err("an aligned store outside its loop"))?;
-        let d = self.b.build_int_nsw_sub(i, at, "di")?;
+        let d = match count {
+            Some((ci, k)) if ci == i => k,
+            _ => self.b.build_int_nsw_sub(i, at, "di")?,
+        };
         // SAFETY (of the generated code): `base + d` is the element the affine access names
         // at this iteration, which `check_affine_bounds` proved inside the buffer.
         Ok(Some(unsafe {
