@@ -791,17 +791,15 @@ mod with_llvm {
         }
     }
 
-    /// Row kernels as the pipeline makes them (traced, optimised, lowered): layer_norm and
-    /// softmax end with a store stage after their reductions, and with streaming asked for,
-    /// every such kernel's whole-line vector stores are streaming stores. (The main loop's
-    /// aligned pointer was once indexed by `i - mid`; in these kernels LLVM rewrote
-    /// `mid + index` as `mid | index`, did not fold `(mid | index) - mid`, lost the 64-byte
-    /// alignment and left every store plain.) Streaming or not, the bits are the same.
-    #[test]
-    fn row_kernels_after_reductions_stream_their_stores() {
-        use smelt_frontend::{nn, GeluApproximation, Tracer};
-        type Build = fn(&Tracer, usize, usize) -> smelt_frontend::Tensor;
-        let builds: [(&str, Build); 3] = [
+    /// Builds one traced graph for a row test: `(rows, cols)` in, one `[rows, cols]` out.
+    type RowBuild = fn(&smelt_frontend::Tracer, usize, usize) -> smelt_frontend::Tensor;
+
+    /// Row programs as the pipeline makes them: layer_norm (after a residual add) and softmax
+    /// end with a store stage after their reductions, and GELU then softmax has a
+    /// transcendental in both.
+    fn row_builds() -> [(&'static str, RowBuild); 3] {
+        use smelt_frontend::{nn, GeluApproximation};
+        [
             ("layer_norm", |t, rows, cols| {
                 let x = t.input("x", DType::F32, [rows, cols]).unwrap();
                 let r = t.input("r", DType::F32, [rows, cols]).unwrap();
@@ -818,23 +816,79 @@ mod with_llvm {
                 let g = x.gelu(GeluApproximation::None).unwrap();
                 g.softmax(-1).unwrap()
             }),
-        ];
-        for (name, build) in builds {
+        ]
+    }
+
+    /// `build` at `rows x cols`, traced, optimised and lowered.
+    fn row_program(build: RowBuild, rows: usize, cols: usize) -> Program {
+        let t = smelt_frontend::Tracer::new();
+        let y = build(&t, rows, cols);
+        t.output("y", &y).unwrap();
+        let graph = t.finish().unwrap();
+        let o = smelt_passes::optimize(&graph, &Default::default()).unwrap();
+        lower(&o.graph, &o.plan).unwrap()
+    }
+
+    /// The kernels of `program`.
+    fn kernels_of(program: &Program) -> Vec<&Kernel> {
+        program
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Kernel(k) => Some(k),
+                Step::Gemm(_) => None,
+            })
+            .collect()
+    }
+
+    /// A split reduction's lane loop is widened into one vector and then gone: the block loop
+    /// carries the lanes in registers, with no scratch array on the stack (the kernels' only
+    /// stack arrays left are the values softmax keeps for its store stage, `%keep`). Checked
+    /// on AVX-512, where the 16 lanes are one vector, on rows long enough to split. (With
+    /// AVX2 the widened loop runs twice, and LLVM unrolls it only when the body is small:
+    /// layer_norm's, not softmax's `exp`.)
+    #[test]
+    fn split_reductions_carry_their_lanes_in_registers() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        // AVX-512 features named, so that kernels use 512-bit vectors as they do on such a
+        // host (`jit.rs`: LLVM prefers 256 bits on Intel CPUs otherwise).
+        let avx512 = JitOptions {
+            target: CpuTarget::Named {
+                cpu: "x86-64-v4".into(),
+                features: "+avx512f,+avx512bw,+avx512dq,+avx512vl".into(),
+            },
+            ..JitOptions::default()
+        };
+        for (name, build) in row_builds() {
+            let program = row_program(build, 4, 768);
+            let ks = kernels_of(&program);
+            assert_eq!(ks.len(), 1, "{name}: one fused kernel");
+            let ir = optimized_kernel_ir(ks[0], &program.buffers, &avx512).unwrap();
+            let allocas: Vec<&str> = ir.lines().filter(|l| l.contains(" = alloca ")).collect();
+            assert!(
+                allocas.iter().all(|l| l.trim_start().starts_with("%keep")),
+                "{name}: stack scratch left: {allocas:?}"
+            );
+            assert!(
+                vector_widths(&ir, "float").contains(&16),
+                "{name}: no 16-float vectors"
+            );
+        }
+    }
+
+    /// Row kernels as the pipeline makes them ([`row_builds`]): with streaming asked for,
+    /// every such kernel's whole-line vector stores are streaming stores. (The main loop's
+    /// aligned pointer was once indexed by `i - mid`; in these kernels LLVM rewrote
+    /// `mid + index` as `mid | index`, did not fold `(mid | index) - mid`, lost the 64-byte
+    /// alignment and left every store plain.) Streaming or not, the bits are the same.
+    #[test]
+    fn row_kernels_after_reductions_stream_their_stores() {
+        for (name, build) in row_builds() {
             for (rows, cols) in [(5, 768), (3, 203), (4, 64)] {
-                let t = Tracer::new();
-                let y = build(&t, rows, cols);
-                t.output("y", &y).unwrap();
-                let graph = t.finish().unwrap();
-                let o = smelt_passes::optimize(&graph, &Default::default()).unwrap();
-                let program = lower(&o.graph, &o.plan).unwrap();
-                let ks: Vec<&Kernel> = program
-                    .steps
-                    .iter()
-                    .filter_map(|s| match s {
-                        Step::Kernel(k) => Some(k),
-                        Step::Gemm(_) => None,
-                    })
-                    .collect();
+                let program = row_program(build, rows, cols);
+                let ks = kernels_of(&program);
                 assert_eq!(ks.len(), 1, "{name} {rows}x{cols}: one fused kernel");
                 let with = |min: Option<u64>| JitOptions {
                     nontemporal_min_bytes: min,

@@ -30,7 +30,7 @@
 //! one-loop form's; that form stays scalar, since the in-order combine cannot be vectorised
 //! under strict FP semantics and takes the body with it.
 
-use super::{Emitter, Val, MASKED_TAIL, NO_UNROLL};
+use super::{Emitter, Val, LANE_LOOP, MASKED_TAIL, NO_UNROLL};
 use crate::llvm::error::Result;
 use inkwell::types::{BasicTypeEnum, FloatType, VectorType};
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
@@ -369,8 +369,10 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// elements runs the body in a lane loop (which the loop vectoriser widens) that stores the
     /// values into a scratch array; the block then combines the scratch, loaded as one vector,
     /// into the accumulator vector with the combiner's vector form, so the accumulators stay
-    /// in registers and the chain from block to block is one vector operation. Returns the
-    /// result.
+    /// in registers and the chain from block to block is one vector operation. The widened
+    /// lane loop runs once, so the unroller removes it ([`LANE_LOOP`]) and instcombine then
+    /// forwards the stored vector to the load and drops the scratch: the block loop is the
+    /// body's vector code and one combine, with no stack round trip. Returns the result.
     ///
     /// A max or min runs its blocks and tree through [`Emitter::reduce_nan_rule_last`]: first
     /// without the NaN rule (one `maxps`/`minps` per block, half the chain), again with it
@@ -454,7 +456,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             NO_UNROLL,
             |em, blk| {
                 let base = em.b.build_int_nsw_mul(blk, width, "bbase")?;
-                em.counted_loop_hinted(em.i64c(0), width, "ln", NO_UNROLL, |em, l| {
+                em.counted_loop_hinted(em.i64c(0), width, "ln", LANE_LOOP, |em, l| {
                     let i = em.b.build_int_nsw_add(base, l, "li")?;
                     // `l < LANES`, the scratch's length.
                     em.body_to_scratch(s.body, s.value, s.acc, s.depth, i, s.scratch, l)
