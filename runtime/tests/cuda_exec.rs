@@ -21,9 +21,6 @@ use cpu_exec_support::{
     fuzz_tolerance, gather_case, gather_ids, gemm_program, model_bindings, on_workers,
     random_programs, tensor,
 };
-use proptest::strategy::{Strategy, ValueTree};
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use smelt_ir::arbitrary::arb_bindings;
 use smelt_ir::interp::eval;
 use smelt_ir::{DType, Graph, HostTensor, Shape};
 use smelt_passes::kernel::{BufferId, BufferKind, Program, Step};
@@ -389,8 +386,14 @@ fn check_on_gpu(
     Ok(true)
 }
 
-fn draw_bindings(graph: &Graph, runner: &mut TestRunner) -> HashMap<String, HostTensor> {
-    arb_bindings(graph)
+/// Random bindings for `graph` (the LLVM PTX comparison's; only built with `llvm`).
+#[cfg(feature = "llvm")]
+fn draw_bindings(
+    graph: &Graph,
+    runner: &mut proptest::test_runner::TestRunner,
+) -> HashMap<String, HostTensor> {
+    use proptest::strategy::{Strategy, ValueTree};
+    smelt_ir::arbitrary::arb_bindings(graph)
         .new_tree(runner)
         .expect("bindings")
         .current()
@@ -785,6 +788,7 @@ fn llvm_ptx_programs_match_nvrtc_on_the_gpu() {
         );
         return;
     }
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
     let mut runner = TestRunner::new_with_rng(
         Config::default(),
         TestRng::deterministic_rng(RngAlgorithm::ChaCha),
