@@ -829,18 +829,6 @@ mod with_llvm {
         lower(&o.graph, &o.plan).unwrap()
     }
 
-    /// The kernels of `program`.
-    fn kernels_of(program: &Program) -> Vec<&Kernel> {
-        program
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Kernel(k) => Some(k),
-                Step::Gemm(_) => None,
-            })
-            .collect()
-    }
-
     /// A split reduction's lane loop is widened into one vector and then gone: the block loop
     /// carries the lanes in registers, with no scratch array on the stack (the kernels' only
     /// stack arrays left are the values softmax keeps for its store stage, `%keep`). Checked
@@ -863,7 +851,7 @@ mod with_llvm {
         };
         for (name, build) in row_builds() {
             let program = row_program(build, 4, 768);
-            let ks = kernels_of(&program);
+            let ks: Vec<&Kernel> = program.kernels().collect();
             assert_eq!(ks.len(), 1, "{name}: one fused kernel");
             let ir = optimized_kernel_ir(ks[0], &program.buffers, &avx512).unwrap();
             let allocas: Vec<&str> = ir.lines().filter(|l| l.contains(" = alloca ")).collect();
@@ -888,7 +876,7 @@ mod with_llvm {
         for (name, build) in row_builds() {
             for (rows, cols) in [(5, 768), (3, 203), (4, 64)] {
                 let program = row_program(build, rows, cols);
-                let ks = kernels_of(&program);
+                let ks: Vec<&Kernel> = program.kernels().collect();
                 assert_eq!(ks.len(), 1, "{name} {rows}x{cols}: one fused kernel");
                 let with = |min: Option<u64>| JitOptions {
                     nontemporal_min_bytes: min,

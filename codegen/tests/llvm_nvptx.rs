@@ -18,7 +18,7 @@ use smelt_codegen::llvm::nvptx::{
     self, entry_names, llvm_target_for, nvptx_ir, ptx_program, Libdevice, NvptxOptions, BLOCK,
 };
 use smelt_codegen::llvm::LlvmError;
-use smelt_passes::kernel::{Program, Step};
+use smelt_passes::kernel::Program;
 
 fn libdevice() -> Option<Libdevice> {
     let path = match std::env::var_os("SMELT_LIBDEVICE") {
@@ -114,14 +114,7 @@ fn corpus_gives_ptx_with_the_nvrtc_entry_names_and_signatures() {
             m.ptx
         );
         assert_eq!((m.arch.as_str(), m.target.as_str()), ("sm_90", "sm_86"));
-        let kernels: Vec<_> = program
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Kernel(k) => Some(k),
-                Step::Gemm(_) => None,
-            })
-            .collect();
+        let kernels: Vec<_> = program.kernels().collect();
         assert_eq!(kernels.len(), m.entries.len(), "{what}");
         for (k, e) in kernels.iter().zip(&m.entries) {
             entries += 1;
@@ -207,10 +200,7 @@ fn kernel_bodies_are_the_cpu_generators() {
             Err(LlvmError::Unsupported { .. }) if opts.libdevice.is_none() => continue,
             Err(e) => panic!("{what}: {e}"),
         };
-        let kernels = program.steps.iter().filter_map(|s| match s {
-            Step::Kernel(k) => Some(k),
-            Step::Gemm(_) => None,
-        });
+        let kernels = program.kernels();
         for (k, entry) in kernels.zip(entry_names(&program)) {
             let ctx = Context::create();
             let module = ctx.create_module("host");

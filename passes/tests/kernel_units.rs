@@ -39,15 +39,8 @@ fn check_against_interp(graph: &Graph, bindings: &HashMap<String, HostTensor>) -
     last.expect("two runs")
 }
 
-fn kernels(p: &Program) -> impl Iterator<Item = &Kernel> {
-    p.steps.iter().filter_map(|s| match s {
-        Step::Kernel(k) => Some(k),
-        Step::Gemm(_) => None,
-    })
-}
-
 fn loads(p: &Program) -> Vec<Access> {
-    kernels(p)
+    p.kernels()
         .flat_map(|k| k.stages.iter().flat_map(|s| s.body.iter()))
         .filter_map(|i| match &i.op {
             InstOp::Load { access, .. } => Some(access.clone()),
@@ -64,7 +57,7 @@ fn index_width_is_64_bit_only_for_buffers_over_2_gib() {
         let y = g.unary(UnaryOp::LogicalNot, x).unwrap();
         g.set_output("y", y).unwrap();
         let p = program(&g, true);
-        let k = kernels(&p).next().expect("a kernel");
+        let k = p.kernels().next().expect("a kernel");
         assert_eq!(k.index_width, want, "{p}");
     }
     // The verifier rejects a 32-bit kernel over a big buffer.
@@ -310,7 +303,7 @@ fn permuted_row_values_are_not_fused_into_the_row_kernel() {
     let o = optimize(&g, &PassOptions::default()).expect("optimize");
     assert_eq!(o.plan.kernels.len(), 2, "{}", o.plan);
     let fused = program(&g, true);
-    let names: Vec<&str> = kernels(&fused).map(|k| k.name.as_str()).collect();
+    let names: Vec<&str> = fused.kernels().map(|k| k.name.as_str()).collect();
     assert_eq!(names, ["k0_reduction_max", "k1_copy_permute"], "{fused}");
 }
 

@@ -81,7 +81,7 @@ use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 use smelt_ir::DType;
 use smelt_passes::kernel::{
-    Access, BufferDecl, BufferId, IndexWidth, Inst, Kernel, Program, StageEffect, Step, Ty, ValueId,
+    Access, BufferDecl, BufferId, IndexWidth, Inst, Kernel, Program, StageEffect, Ty, ValueId,
 };
 use std::collections::HashMap;
 
@@ -148,14 +148,7 @@ pub fn entry_names(kernels: &[&Kernel]) -> Vec<String> {
 
 /// Compiles every kernel step of `program` into one module.
 pub fn compile_program(program: &Program, options: &JitOptions) -> Result<CompiledKernels> {
-    let kernels: Vec<&Kernel> = program
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::Kernel(k) => Some(k),
-            Step::Gemm(_) => None,
-        })
-        .collect();
+    let kernels: Vec<&Kernel> = program.kernels().collect();
     compile_program_kernels(&kernels, &program.buffers, options)
 }
 

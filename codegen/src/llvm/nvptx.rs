@@ -254,22 +254,11 @@ pub fn launch_for(extent: i64) -> LaunchConfig {
     }
 }
 
-fn kernels(program: &Program) -> Vec<&Kernel> {
-    program
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::Kernel(k) => Some(k),
-            Step::Gemm(_) => None,
-        })
-        .collect()
-}
-
 /// Every kernel step of `program` as one PTX module for `arch` (`"sm_90"`); see the module
 /// docs. Without the `llvm` feature: [`LlvmError::NotCompiledIn`].
 pub fn ptx_program(program: &Program, arch: &str, options: &NvptxOptions) -> Result<PtxModule> {
     let target = llvm_target_for(arch)?;
-    let ks = kernels(program);
+    let ks: Vec<&Kernel> = program.kernels().collect();
     let names = entry_names(program);
     #[cfg(feature = "llvm")]
     {
@@ -286,7 +275,7 @@ pub fn ptx_program(program: &Program, arch: &str, options: &NvptxOptions) -> Res
 /// feature: [`LlvmError::NotCompiledIn`].
 pub fn nvptx_ir(program: &Program, arch: &str, options: &NvptxOptions) -> Result<NvptxIr> {
     let target = llvm_target_for(arch)?;
-    let ks = kernels(program);
+    let ks: Vec<&Kernel> = program.kernels().collect();
     let names = entry_names(program);
     #[cfg(feature = "llvm")]
     {

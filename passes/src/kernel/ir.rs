@@ -80,6 +80,16 @@ pub struct Program {
     pub outputs: Vec<(String, BufferId)>,
 }
 
+impl Program {
+    /// The kernel steps, in execution order (the GEMM steps left out).
+    pub fn kernels(&self) -> impl Iterator<Item = &Kernel> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Kernel(k) => Some(k),
+            Step::Gemm(_) => None,
+        })
+    }
+}
+
 /// One step of a program.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {

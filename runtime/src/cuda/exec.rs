@@ -452,12 +452,7 @@ fn status_words(modules: &[Arc<CudaModule>], stream: &Arc<CudaStream>) -> ExecRe
 /// range checks can set a status word), for the error message.
 pub(super) fn computed_access_kernels(program: &Program) -> String {
     let names: Vec<&str> = program
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::Kernel(k) => Some(k),
-            Step::Gemm(_) => None,
-        })
+        .kernels()
         .filter(|k| {
             k.stages.iter().any(|st| {
                 st.body.iter().any(|i| {
