@@ -832,9 +832,9 @@ mod with_llvm {
     /// A split reduction's lane loop is widened into one vector and then gone: the block loop
     /// carries the lanes in registers, with no scratch array on the stack (the kernels' only
     /// stack arrays left are the values softmax keeps for its store stage, `%keep`). Checked
-    /// on AVX-512, where the 16 lanes are one vector, on rows long enough to split. (With
-    /// AVX2 the widened loop runs twice, and LLVM unrolls it only when the body is small:
-    /// layer_norm's, not softmax's `exp`.)
+    /// on AVX-512, where 16 f32 lanes are one register, and on AVX2, where they are two (the
+    /// lane loop asks for all 16 as one vector, `llvm.loop.vectorize.width`, so that its
+    /// widened form runs once there too), on rows long enough to split.
     #[test]
     fn split_reductions_carry_their_lanes_in_registers() {
         if !cfg!(target_arch = "x86_64") {
@@ -849,21 +849,38 @@ mod with_llvm {
             },
             ..JitOptions::default()
         };
+        let avx2 = for_cpu("x86-64-v3", MathMode::default());
         for (name, build) in row_builds() {
             let program = row_program(build, 4, 768);
             let ks: Vec<&Kernel> = program.kernels().collect();
             assert_eq!(ks.len(), 1, "{name}: one fused kernel");
-            let ir = optimized_kernel_ir(ks[0], &program.buffers, &avx512).unwrap();
-            let allocas: Vec<&str> = ir.lines().filter(|l| l.contains(" = alloca ")).collect();
-            assert!(
-                allocas.iter().all(|l| l.trim_start().starts_with("%keep")),
-                "{name}: stack scratch left: {allocas:?}"
-            );
-            assert!(
-                vector_widths(&ir, "float").contains(&16),
-                "{name}: no 16-float vectors"
-            );
+            for (cpu, options, width) in [("AVX-512", &avx512, 16), ("AVX2", &avx2, 8)] {
+                let ir = optimized_kernel_ir(ks[0], &program.buffers, options).unwrap();
+                let allocas: Vec<&str> = ir.lines().filter(|l| l.contains(" = alloca ")).collect();
+                assert!(
+                    allocas.iter().all(|l| l.trim_start().starts_with("%keep")),
+                    "{name} on {cpu}: stack scratch left: {allocas:?}"
+                );
+                assert!(
+                    vector_widths(&ir, "float").contains(&width),
+                    "{name} on {cpu}: no {width}-float vectors"
+                );
+            }
         }
+        // f64 too, whose 16 lanes are two registers even on AVX-512.
+        let t = smelt_frontend::Tracer::new();
+        let x = t.input("x", DType::F64, [4, 768]).unwrap();
+        t.output("y", &x.softmax(-1).unwrap()).unwrap();
+        let graph = t.finish().unwrap();
+        let o = smelt_passes::optimize(&graph, &Default::default()).unwrap();
+        let program = lower(&o.graph, &o.plan).unwrap();
+        let k = program.kernels().next().unwrap();
+        let ir = optimized_kernel_ir(k, &program.buffers, &avx512).unwrap();
+        let allocas: Vec<&str> = ir.lines().filter(|l| l.contains(" = alloca ")).collect();
+        assert!(
+            allocas.iter().all(|l| l.trim_start().starts_with("%keep")),
+            "f64 softmax on AVX-512: stack scratch left: {allocas:?}"
+        );
     }
 
     /// Row kernels as the pipeline makes them ([`row_builds`]): with streaming asked for,

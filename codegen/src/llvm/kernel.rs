@@ -85,24 +85,42 @@ use smelt_passes::kernel::{
 };
 use std::collections::HashMap;
 
+/// The value of one loop hint (`!{!"name", value}` in a loop ID).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Hint {
+    /// No value: `!{!"llvm.loop.unroll.disable"}`.
+    Flag,
+    /// An `i1`: `!{!"llvm.loop.vectorize.enable", i1 true}`.
+    Bool(bool),
+    /// An `i32`: `!{!"llvm.loop.vectorize.width", i32 16}`.
+    Int(u32),
+}
+
+/// Named loop hints for [`Emitter::counted_loop_hinted`].
+pub(crate) type LoopHints = &'static [(&'static str, Hint)];
+
 /// Loop hints for a short loop the loop vectoriser should widen, which LLVM's unroller is to
 /// leave alone (after a full unroll only the SLP vectoriser could, and poorly, see the lanes).
-pub(crate) const NO_UNROLL: &[(&str, Option<bool>)] = &[("llvm.loop.unroll.disable", None)];
+pub(crate) const NO_UNROLL: LoopHints = &[("llvm.loop.unroll.disable", Hint::Flag)];
 
-/// Loop hints for a split reduction's lane loop (`kernel/reduce.rs`): vectorise it, and
-/// nothing else. It has exactly one vector's iterations, so once widened it runs once, and
+/// Loop hints for a split reduction's lane loop (`kernel/reduce.rs`): vectorise it, all
+/// [`LANES`](reduce::LANES) iterations as one vector (two 256-bit or four 128-bit registers
+/// where the CPU has no 512-bit ones), and nothing else. Once widened it runs once, and
 /// LLVM's unroller (which [`NO_UNROLL`] would stop) removes that loop; instcombine then
 /// forwards the lanes stored into the scratch array to their load and drops the array.
 /// Left as a loop, every block stored its vector to the stack and loaded it back, with two
 /// extra branches (measured: layer_norm and softmax rows 2–11% faster without, same bits).
-pub(crate) const LANE_LOOP: &[(&str, Option<bool>)] = &[("llvm.loop.vectorize.enable", Some(true))];
+pub(crate) const LANE_LOOP: LoopHints = &[
+    ("llvm.loop.vectorize.enable", Hint::Bool(true)),
+    ("llvm.loop.vectorize.width", Hint::Int(reduce::LANES as u32)),
+];
 
 /// Loop hints for a short loop of expensive iterations whose vectorised form is to mask its
 /// last, partial vector (`llvm.loop.vectorize.predicate.enable`) instead of finishing in scalar
 /// code, where a remainder of up to 15 iterations would cost as much as the vector part.
-pub(crate) const MASKED_TAIL: &[(&str, Option<bool>)] = &[
-    ("llvm.loop.vectorize.enable", Some(true)),
-    ("llvm.loop.vectorize.predicate.enable", Some(true)),
+pub(crate) const MASKED_TAIL: LoopHints = &[
+    ("llvm.loop.vectorize.enable", Hint::Bool(true)),
+    ("llvm.loop.vectorize.predicate.enable", Hint::Bool(true)),
 ];
 
 /// A program's kernels JIT-compiled into one module.
@@ -623,7 +641,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         lo: IntValue<'ctx>,
         hi: IntValue<'ctx>,
         name: &str,
-        hints: &[(&str, Option<bool>)],
+        hints: LoopHints,
         f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
     ) -> Result<()> {
         let latch = self.counted_loop_latch(lo, hi, name, f)?;
@@ -648,11 +666,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
 
     /// Attaches a loop ID `!0 = !{!0, !{name}, !{name, i1 flag}, …}` with `hints` to a loop's
     /// latch branch.
-    fn loop_hints(
-        &self,
-        latch: inkwell::values::InstructionValue<'ctx>,
-        hints: &[(&str, Option<bool>)],
-    ) {
+    fn loop_hints(&self, latch: inkwell::values::InstructionValue<'ctx>, hints: &[(&str, Hint)]) {
         use inkwell::context::AsContextRef;
         use inkwell::llvm_sys::core::{
             LLVMGetMDKindIDInContext, LLVMMDNodeInContext2, LLVMMDStringInContext2,
@@ -676,8 +690,12 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     name.as_ptr().cast(),
                     name.len(),
                 )];
-                if let Some(on) = flag {
-                    let v = self.ctx.bool_type().const_int(u64::from(on), false);
+                let v = match flag {
+                    Hint::Flag => None,
+                    Hint::Bool(on) => Some(self.ctx.bool_type().const_int(u64::from(on), false)),
+                    Hint::Int(n) => Some(self.ctx.i32_type().const_int(u64::from(n), false)),
+                };
+                if let Some(v) = v {
                     parts.push(LLVMValueAsMetadata(v.as_value_ref()));
                 }
                 ops.push(LLVMMDNodeInContext2(ctx, parts.as_mut_ptr(), parts.len()));
