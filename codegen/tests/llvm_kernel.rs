@@ -868,12 +868,14 @@ mod with_llvm {
             }
         }
         // f64 too, whose 16 lanes are two registers even on AVX-512.
-        let t = smelt_frontend::Tracer::new();
-        let x = t.input("x", DType::F64, [4, 768]).unwrap();
-        t.output("y", &x.softmax(-1).unwrap()).unwrap();
-        let graph = t.finish().unwrap();
-        let o = smelt_passes::optimize(&graph, &Default::default()).unwrap();
-        let program = lower(&o.graph, &o.plan).unwrap();
+        let program = row_program(
+            |t, rows, cols| {
+                let x = t.input("x", DType::F64, [rows, cols]).unwrap();
+                x.softmax(-1).unwrap()
+            },
+            4,
+            768,
+        );
         let k = program.kernels().next().unwrap();
         let ir = optimized_kernel_ir(k, &program.buffers, &avx512).unwrap();
         let allocas: Vec<&str> = ir.lines().filter(|l| l.contains(" = alloca ")).collect();

@@ -664,8 +664,8 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(())
     }
 
-    /// Attaches a loop ID `!0 = !{!0, !{name}, !{name, i1 flag}, …}` with `hints` to a loop's
-    /// latch branch.
+    /// Attaches a loop ID `!0 = !{!0, !{name}, !{name, i1 flag}, !{name, i32 n}, …}` with
+    /// `hints` to a loop's latch branch.
     fn loop_hints(&self, latch: inkwell::values::InstructionValue<'ctx>, hints: &[(&str, Hint)]) {
         use inkwell::context::AsContextRef;
         use inkwell::llvm_sys::core::{
