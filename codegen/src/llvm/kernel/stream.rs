@@ -68,11 +68,10 @@ pub(crate) fn streams(kernel: &Kernel, buffers: &[BufferDecl], min_bytes: Option
 pub(crate) struct AlignedStore<'ctx> {
     buffer: BufferId,
     access: Access,
-    /// The element at loop variable `at`, 64-byte aligned.
+    /// The element where the main loop starts, 64-byte aligned.
     base: PointerValue<'ctx>,
-    at: IntValue<'ctx>,
-    /// In the main loop's body: its variable `i` and the count `k = i - at` it is computed
-    /// from, which addresses `base` directly (see [`Emitter::aligned_address`]).
+    /// In the main loop's body: its variable `i` and the count `k` from the start it is
+    /// computed from, which addresses `base` directly (see [`Emitter::aligned_address`]).
     count: Option<(IntValue<'ctx>, IntValue<'ctx>)>,
 }
 
@@ -158,7 +157,6 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             buffer,
             access,
             base,
-            at: mid,
             count: None,
         });
         // The main loop counts `k` from 0 and runs the body at `i = mid + k`, so that the
@@ -195,9 +193,10 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         p
     }
 
-    /// The main loop's address for `access` into `buffer`, when it is the aligned store's:
-    /// the aligned pointer plus the distance of the last loop variable from where it was
-    /// taken (the access has stride 1 in that variable and the others are fixed in the loop).
+    /// The main loop's address for `access` into `buffer`, when it is the aligned store's and
+    /// the last loop variable is the main loop's: the aligned pointer plus the loop's count
+    /// (the access has stride 1 in that variable and the others are fixed in the loop).
+    /// `None` otherwise: the caller computes the address as usual.
     pub(crate) fn aligned_address(
         &mut self,
         buffer: BufferId,
@@ -209,14 +208,14 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         if a.buffer != buffer || a.access != *access {
             return Ok(None);
         }
-        let (base, at, count) = (a.base, a.at, a.count);
+        let (base, count) = (a.base, a.count);
         let i = *self
             .vars
             .last()
             .ok_or_else(|| self.err("an aligned store outside its loop"))?;
         let d = match count {
             Some((ci, k)) if ci == i => k,
-            _ => self.b.build_int_nsw_sub(i, at, "di")?,
+            _ => return Ok(None),
         };
         // SAFETY (of the generated code): `base + d` is the element the affine access names
         // at this iteration, which `check_affine_bounds` proved inside the buffer.
