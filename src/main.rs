@@ -128,6 +128,12 @@ enum Command {
         /// (non-temporal) stores, which skip reading each line before writing it.
         #[arg(long)]
         streaming_stores: bool,
+        /// Instead of fused vs unfused: each case's fused plan as the other flags say (A)
+        /// against the same with KNOB flipped (B), called alternately in one process, with
+        /// A/B and whether their outputs have the same bits. KNOB: streaming-stores,
+        /// prefetch, libm-math or fast-math.
+        #[arg(long, value_name = "KNOB", value_parser = |s: &str| s.parse::<smelt::bench::compare::Knob>())]
+        compare: Option<smelt::bench::compare::Knob>,
     },
     /// Compile a built-in model (a BERT-style encoder layer) and run it on the best device.
     Demo {
@@ -193,6 +199,7 @@ fn main() -> ExitCode {
             libm_math,
             no_prefetch,
             streaming_stores,
+            compare,
         } => {
             let stream = match (no_stream, stream_bytes) {
                 (true, _) => None,
@@ -213,6 +220,7 @@ fn main() -> ExitCode {
                     math: math_mode(libm_math),
                     no_prefetch,
                     streaming_stores,
+                    compare,
                 },
                 json.as_deref(),
                 chart.as_deref(),

@@ -301,3 +301,110 @@ fn cli_unknown_case_lists_the_cases() {
         "{stderr}"
     );
 }
+
+/// `--compare KNOB` times each case's fused plan under the options given (A) and with the
+/// knob flipped (B), alternately, and says whether the outputs have the same bits: the
+/// polynomial and C-library math differ in the last bits, prefetching changes none.
+#[test]
+fn cli_compare_flips_one_knob() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ab.json");
+    let chart = dir.path().join("ab.svg");
+    for (knob, a, b, identical) in [
+        ("libm-math", "polynomial math", "libm math", false),
+        ("prefetch", "prefetch 2048 B", "no prefetch", true),
+    ] {
+        let out = smelt(&[
+            "bench",
+            "--quick",
+            "--no-stream",
+            "--case",
+            "chain",
+            "--case",
+            "gelu",
+            "--compare",
+            knob,
+            "--json",
+            json.to_str().unwrap(),
+            "--chart",
+            chart.to_str().unwrap(),
+        ]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stdout.contains(&format!("--compare {knob}: A = {a}, B = {b}")),
+            "{stdout}"
+        );
+        assert!(stderr.contains("run_into, A and B alternately"), "{stderr}");
+        let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(report["cases"].as_array().unwrap().len(), 0, "{report}");
+        let c = &report["comparison"];
+        assert_eq!(c["knob"], knob);
+        assert_eq!((c["a"].as_str(), c["b"].as_str()), (Some(a), Some(b)));
+        let cases = c["cases"].as_array().unwrap();
+        let names: Vec<&str> = cases.iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "elementwise-chain",
+                "bias-gelu-residual-128x3072",
+                "bias-gelu-residual-65536x768"
+            ]
+        );
+        for r in cases {
+            assert_eq!(r["identical"], identical, "{knob}: {r}");
+            let diff = r["max_abs_diff"].as_f64().unwrap();
+            if identical {
+                assert_eq!(diff, 0.0, "{r}");
+            } else {
+                // A few ulps of values of order 1 (tanh and erf within 1.5 ulp of libm's).
+                assert!(diff > 0.0 && diff < 1e-5, "{r}");
+            }
+            for plan in ["a", "b"] {
+                for series in ["run_into", "run"] {
+                    assert!(r[plan][series]["iterations"].as_u64().unwrap() >= 3, "{r}");
+                }
+            }
+            let ratio = r["a_over_b_run_into"].as_f64().unwrap();
+            let (ta, tb) = (
+                r["a"]["run_into"]["median_ms"].as_f64().unwrap(),
+                r["b"]["run_into"]["median_ms"].as_f64().unwrap(),
+            );
+            assert!((ratio - ta / tb).abs() < 1e-9 * ratio, "{r}");
+            assert!(r["compile_a_ms"].as_f64().unwrap() > 0.0);
+        }
+        let svg = std::fs::read_to_string(&chart).unwrap();
+        // One A and one B bar per case, plus one of each in the legend.
+        assert_eq!(svg.matches("<rect class=\"a\"").count(), 4);
+        assert_eq!(svg.matches("<rect class=\"b\"").count(), 4);
+        assert!(svg.contains(&format!("B: {b}")), "{svg}");
+    }
+}
+
+/// A knob of the CPU code generator on another device is a usage error, not a run that
+/// measures nothing; an unknown knob lists the knobs.
+#[test]
+fn cli_compare_refuses_what_it_cannot_measure() {
+    let out = smelt(&[
+        "bench",
+        "--quick",
+        "--no-stream",
+        "--device",
+        "reference",
+        "--compare",
+        "streaming-stores",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("streaming-stores") && stderr.contains("--device cpu"),
+        "{stderr}"
+    );
+    let out = smelt(&["bench", "--compare", "stores"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("\"stores\"") && stderr.contains("prefetch, libm-math, fast-math"),
+        "{stderr}"
+    );
+}

@@ -241,7 +241,11 @@ def main():
     smelt = None
     if a.smelt:
         with open(a.smelt) as fh:
-            smelt = {c["name"]: c for c in json.load(fh)["cases"]}
+            report = json.load(fh)
+        if report.get("comparison"):
+            sys.exit(f"peers.py: {a.smelt} is a `smelt bench --compare` report (A against B, "
+                     "no fused/unfused figures); give --smelt the JSON of a plain `smelt bench`")
+        smelt = {c["name"]: c for c in report["cases"]}
 
     torch.set_grad_enabled(False)
     if a.threads:

@@ -1,8 +1,10 @@
 //! An SVG grouped bar chart of a [`Report`]: per case, achieved GB/s (minimal bytes over the
-//! median `run_into` time) unfused and fused, with the copy bandwidth as a dashed line.
-//! Written by hand (no font or plotting dependency); every bar is a `<rect>` with class
-//! `unfused` or `fused` and a `<title>` tooltip giving the figures.
+//! median `run_into` time) unfused and fused (or, for `--compare`, A and B), with the copy
+//! bandwidth as a dashed line. Written by hand (no font or plotting dependency); every bar is
+//! a `<rect>` with class `unfused` or `fused` (`a` or `b`) and a `<title>` tooltip giving the
+//! figures.
 
+use super::run::Timing;
 use super::Report;
 use std::fmt::Write as _;
 
@@ -34,17 +36,56 @@ fn nice_max(v: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
+/// One group of two bars.
+struct Group<'r> {
+    name: &'r str,
+    bars: [&'r Timing; 2],
+    /// Printed above the group.
+    ratio: String,
+}
+
 /// The chart as SVG text.
 pub fn svg(r: &Report) -> String {
-    let n = r.cases.len();
+    match &r.comparison {
+        Some(c) => {
+            let groups = c.cases.iter().map(|x| Group {
+                name: &x.name,
+                bars: [&x.a.run_into, &x.b.run_into],
+                ratio: format!("{:.2}", x.a_over_b_run_into),
+            });
+            bars(
+                r,
+                &format!("--compare {}, A/B above each case", c.knob),
+                [("a", &format!("A: {}", c.a)), ("b", &format!("B: {}", c.b))],
+                groups.collect(),
+            )
+        }
+        None => {
+            let groups = r.cases.iter().map(|x| Group {
+                name: &x.name,
+                bars: [&x.unfused.run_into, &x.fused.run_into],
+                ratio: format!("{:.2}x", x.speedup_run_into),
+            });
+            bars(
+                r,
+                "fused vs unfused, speedup above each case",
+                [("unfused", "unfused"), ("fused", "fused")],
+                groups.collect(),
+            )
+        }
+    }
+}
+
+/// The chart of `groups`, each bar of class and legend `series[i]`.
+fn bars(r: &Report, what: &str, series: [(&str, &str); 2], groups: Vec<Group>) -> String {
+    let n = groups.len();
     // Case names run down and to the right at 45°, past the last group: a wide right margin.
     let width = (LEFT + GROUP_W * n.max(1) as f64 + 150.0).max(600.0);
     let height = TOP + PLOT_H + BOTTOM;
     let copy = r.stream.as_ref().map(|s| s.reference_gbps);
-    let top = r
-        .cases
+    let top = groups
         .iter()
-        .flat_map(|c| [c.fused.run_into.gbps, c.unfused.run_into.gbps])
+        .flat_map(|g| g.bars.map(|t| t.gbps))
         .chain(copy)
         .fold(0.0, f64::max);
     let ymax = nice_max(top * 1.05);
@@ -58,13 +99,14 @@ pub fn svg(r: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        r##"<style>.unfused{{fill:#9aa5b1}}.fused{{fill:#d9480f}}.copy{{stroke:#1864ab;stroke-dasharray:6 4}}</style>"##
+        r##"<style>.unfused,.a{{fill:#9aa5b1}}.fused,.b{{fill:#d9480f}}.copy{{stroke:#1864ab;stroke-dasharray:6 4}}</style>"##
     );
     let _ = writeln!(s, r##"<rect width="100%" height="100%" fill="white"/>"##);
     let _ = writeln!(
         s,
-        r##"<text x="{LEFT}" y="20" font-size="14">smelt bench: GB/s achieved (minimal bytes / median run_into), {}</text>"##,
-        esc(&r.device)
+        r##"<text x="{LEFT}" y="20" font-size="14">smelt bench: GB/s achieved (minimal bytes / median run_into), {}, {}</text>"##,
+        esc(&r.device),
+        esc(what)
     );
     let _ = writeln!(
         s,
@@ -99,23 +141,18 @@ pub fn svg(r: &Report) -> String {
         r##"<text transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">GB/s</text>"##,
         TOP + PLOT_H / 2.0
     );
-    for (i, c) in r.cases.iter().enumerate() {
+    for (i, g) in groups.iter().enumerate() {
         let x0 = LEFT + GROUP_W * i as f64 + (GROUP_W - 2.0 * BAR_W) / 2.0;
-        let _ = writeln!(s, r##"<g class="case" data-case="{}">"##, esc(&c.name));
-        for (k, (class, t)) in [
-            ("unfused", &c.unfused.run_into),
-            ("fused", &c.fused.run_into),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        let _ = writeln!(s, r##"<g class="case" data-case="{}">"##, esc(g.name));
+        for (k, ((class, label), t)) in series.iter().zip(g.bars).enumerate() {
             let x = x0 + BAR_W * k as f64;
             let top = y(t.gbps);
             let _ = writeln!(
                 s,
-                r##"<rect class="{class}" x="{x:.1}" y="{top:.1}" width="{BAR_W}" height="{:.1}"><title>{} {class}: {:.2} GB/s, median {:.3} ms</title></rect>"##,
+                r##"<rect class="{class}" x="{x:.1}" y="{top:.1}" width="{BAR_W}" height="{:.1}"><title>{} {}: {:.2} GB/s, median {:.3} ms</title></rect>"##,
                 (base - top).max(0.0),
-                esc(&c.name),
+                esc(g.name),
+                esc(label),
                 t.gbps,
                 t.median_ms
             );
@@ -123,15 +160,15 @@ pub fn svg(r: &Report) -> String {
         let xc = x0 + BAR_W;
         let _ = writeln!(
             s,
-            r##"<text x="{xc:.1}" y="{:.1}" text-anchor="middle">{:.2}x</text>"##,
-            y(c.fused.run_into.gbps.max(c.unfused.run_into.gbps)) - 4.0,
-            c.speedup_run_into
+            r##"<text x="{xc:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            y(g.bars[0].gbps.max(g.bars[1].gbps)) - 4.0,
+            esc(&g.ratio)
         );
         let _ = writeln!(
             s,
             r##"<text transform="translate({xc:.1} {:.1}) rotate(45)" text-anchor="start">{}</text>"##,
             base + 14.0,
-            esc(&c.name)
+            esc(g.name)
         );
         let _ = writeln!(s, "</g>");
     }
@@ -145,17 +182,19 @@ pub fn svg(r: &Report) -> String {
             yy - 4.0
         );
     }
-    // Legend.
+    // Legend: one swatch and label per series, side by side.
     let ly = height - 20.0;
-    let _ = writeln!(
-        s,
-        r##"<rect class="unfused" x="{LEFT}" y="{:.1}" width="12" height="12"/><text x="{:.1}" y="{ly:.1}">unfused</text><rect class="fused" x="{:.1}" y="{:.1}" width="12" height="12"/><text x="{:.1}" y="{ly:.1}">fused</text>"##,
-        ly - 10.0,
-        LEFT + 16.0,
-        LEFT + 80.0,
-        ly - 10.0,
-        LEFT + 96.0
-    );
+    let mut lx = LEFT;
+    for (class, label) in series {
+        let _ = writeln!(
+            s,
+            r##"<rect class="{class}" x="{lx:.1}" y="{:.1}" width="12" height="12"/><text x="{:.1}" y="{ly:.1}">{}</text>"##,
+            ly - 10.0,
+            lx + 16.0,
+            esc(label)
+        );
+        lx += 16.0 + 7.0 * label.chars().count() as f64 + 24.0;
+    }
     s.push_str("</svg>\n");
     s
 }

@@ -2,6 +2,7 @@
 //! unfused on one device, timed with preallocated outputs (`run_into`) and fresh ones (`run`),
 //! next to a copy-bandwidth reference ([`stream`]) measured before and after the suite.
 //!
+//! - [`compare`]: `--compare KNOB`, one option flipped, measured side by side.
 //! - [`cases`]: the case list (shared with `cargo bench --bench cases` and mirrored by
 //!   `benches/peers/peers.py`), minimal bytes, deterministic data.
 //! - [`stream`]: the copy bandwidth reference.
@@ -11,6 +12,7 @@
 
 pub mod cases;
 pub mod chart;
+pub mod compare;
 pub mod report;
 pub mod run;
 pub mod stream;
@@ -47,6 +49,9 @@ pub struct BenchOptions {
     /// CPU kernels writing large outputs use streaming stores (`--streaming-stores`; see
     /// [`crate::Options::streaming_stores`]).
     pub streaming_stores: bool,
+    /// `--compare KNOB`: instead of fused against unfused, the fused plan as the options
+    /// above say (A) against the same with `KNOB` flipped (B); see [`compare`].
+    pub compare: Option<compare::Knob>,
 }
 
 /// The copy-bandwidth reference of a run.
@@ -96,7 +101,10 @@ pub struct Report {
     pub min_time_ms: f64,
     pub min_iters: usize,
     pub stream: Option<StreamReport>,
+    /// Fused against unfused, per case (empty in a `--compare` run).
     pub cases: Vec<run::CaseResult>,
+    /// A `--compare` run's figures (`None` otherwise).
+    pub comparison: Option<compare::Comparison>,
 }
 
 /// What `Report::gpu` says about CUDA device `n` (what could not be read is left out).
@@ -134,6 +142,14 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
              about a GPU: benchmark --device cpu or cuda"
                 .into(),
         ));
+    }
+    if let Some(k) = opts.compare {
+        if k.cpu_only() && !matches!(device, Device::Cpu) {
+            return Err(Error::Usage(format!(
+                "--compare {k} flips an option of the CPU code generator, which has no effect \
+                 on {device}: benchmark it with --device cpu"
+            )));
+        }
     }
     let size = if opts.quick { Size::Quick } else { Size::Full };
     let mut budget = if opts.quick {
@@ -185,15 +201,39 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         ..crate::Options::default()
     };
     let n = selected.len();
+    let copy = before.map(|b| b.gbps);
     let mut results = Vec::with_capacity(n);
-    for (i, case) in selected.iter().enumerate() {
-        let mut step = |what: &str| {
-            progress(&format!("[{}/{n}] {}: {what}", i + 1, case.name));
-        };
-        let copy = before.map(|b| b.gbps);
-        let r = run::measure(case, size, &compile_options, &budget, copy, &mut step)?;
-        progress(&format!("[{}/{n}] {}", i + 1, report::summary(&r)));
-        results.push(r);
+    let mut comparison = None;
+    match opts.compare {
+        None => {
+            for (i, case) in selected.iter().enumerate() {
+                let mut step = |what: &str| {
+                    progress(&format!("[{}/{n}] {}: {what}", i + 1, case.name));
+                };
+                let r = run::measure(case, size, &compile_options, &budget, copy, &mut step)?;
+                progress(&format!("[{}/{n}] {}", i + 1, report::summary(&r)));
+                results.push(r);
+            }
+        }
+        Some(knob) => {
+            let b = knob.flip(&compile_options);
+            let mut c = compare::Comparison {
+                knob: knob.to_string(),
+                a: knob.describe(&compile_options),
+                b: knob.describe(&b),
+                cases: Vec::with_capacity(n),
+            };
+            for (i, case) in selected.iter().enumerate() {
+                let mut step = |what: &str| {
+                    progress(&format!("[{}/{n}] {}: {what}", i + 1, case.name));
+                };
+                let r =
+                    compare::measure(case, size, &compile_options, &b, &budget, copy, &mut step)?;
+                progress(&format!("[{}/{n}] {}", i + 1, report::ab_summary(&c, &r)));
+                c.cases.push(r);
+            }
+            comparison = Some(c);
+        }
     }
     let stream = match (stream_plan, before) {
         (Some(plan), Some(before)) => {
@@ -202,6 +242,9 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
             let change = (after.gbps - before.gbps).abs() / before.gbps.max(1e-12);
             let reference_gbps = (before.gbps + after.gbps) / 2.0;
             for r in &mut results {
+                r.set_copy_reference(Some(reference_gbps));
+            }
+            for r in comparison.iter_mut().flat_map(|c| &mut c.cases) {
                 r.set_copy_reference(Some(reference_gbps));
             }
             Some(StreamReport {
@@ -231,5 +274,6 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         min_iters: budget.min_iters,
         stream,
         cases: results,
+        comparison,
     })
 }

@@ -1,5 +1,6 @@
 //! What `smelt bench` prints, and its JSON form.
 
+use super::compare::{AbResult, Comparison};
 use super::run::{CaseResult, EgraphStats, Timing};
 use super::{Machine, Report, STREAM_TOLERANCE};
 use crate::{Error, Result};
@@ -82,13 +83,16 @@ pub fn tables(r: &Report) -> String {
          (inputs and params read once, outputs written once) / median",
         r.min_iters, r.min_time_ms
     );
+    if let Some(c) = &r.comparison {
+        comparison_tables(&mut s, c);
+        return s;
+    }
     let _ = writeln!(
         s,
         "unfused and fused are called alternately (their ratio is side by side); \
          'fused alone' is the fused plan called back to back"
     );
 
-    let pct = |t: &Timing| t.pct_of_copy.map_or("-".into(), |p| format!("{p:.0}%"));
     let mut rows = vec![row(&[
         "case",
         "shape",
@@ -188,6 +192,72 @@ pub fn tables(r: &Report) -> String {
     s
 }
 
+/// A `--compare` run's tables: per case A and B `run_into`, then `run`, with their ratio.
+fn comparison_tables(s: &mut String, c: &Comparison) {
+    let _ = writeln!(
+        s,
+        "--compare {}: A = {}, B = {}; both fused, called alternately (their ratio is side \
+         by side); A/B above 1: B is faster",
+        c.knob, c.a, c.b
+    );
+    let mut rows = vec![row(&[
+        "case", "shape", "kernels", "min MB", "A", "B", "A/B", "GB/s A", "GB/s B", "% copy A",
+        "% copy B",
+    ])];
+    for r in &c.cases {
+        rows.push(vec![
+            r.name.clone(),
+            r.shape.clone(),
+            if r.kernels_a == r.kernels_b {
+                r.kernels_a.to_string()
+            } else {
+                format!("{} / {}", r.kernels_a, r.kernels_b)
+            },
+            format!("{:.1}", r.min_bytes as f64 / 1e6),
+            ms(r.a.run_into.median_ms),
+            ms(r.b.run_into.median_ms),
+            format!("{:.3}", r.a_over_b_run_into),
+            format!("{:.1}", r.a.run_into.gbps),
+            format!("{:.1}", r.b.run_into.gbps),
+            pct(&r.a.run_into),
+            pct(&r.b.run_into),
+        ]);
+    }
+    let _ = writeln!(s, "\npreallocated outputs (run_into):");
+    table(s, &rows, 2);
+
+    let mut rows = vec![row(&[
+        "case",
+        "A",
+        "B",
+        "A/B",
+        "compile A",
+        "compile B",
+        "outputs",
+    ])];
+    for r in &c.cases {
+        rows.push(vec![
+            r.name.clone(),
+            ms(r.a.run.median_ms),
+            ms(r.b.run.median_ms),
+            format!("{:.3}", r.a_over_b_run),
+            ms(r.compile_a_ms),
+            ms(r.compile_b_ms),
+            if r.identical {
+                "same bits".to_string()
+            } else {
+                format!("max |A-B| {:.1e}", r.max_abs_diff)
+            },
+        ]);
+    }
+    let _ = writeln!(s, "\nfresh outputs (run), cold compile times, A against B:");
+    table(s, &rows, 1);
+}
+
+fn pct(t: &Timing) -> String {
+    t.pct_of_copy.map_or("-".into(), |p| format!("{p:.0}%"))
+}
+
 fn row(cells: &[&str]) -> Vec<String> {
     cells.iter().map(|c| c.to_string()).collect()
 }
@@ -285,6 +355,20 @@ pub fn machine() -> Machine {
         memory_bytes,
         os: std::env::consts::OS.to_string(),
     }
+}
+
+/// One `--compare` case's headline figures, for progress lines.
+pub fn ab_summary(c: &Comparison, r: &AbResult) -> String {
+    format!(
+        "{}: {} {}, {} {} (A/B {:.3}){}",
+        r.name,
+        c.a,
+        ms(r.a.run_into.median_ms),
+        c.b,
+        ms(r.b.run_into.median_ms),
+        r.a_over_b_run_into,
+        if r.identical { ", same bits" } else { "" }
+    )
 }
 
 /// One case's headline figures, for progress lines.

@@ -155,7 +155,7 @@ pub struct CaseResult {
 }
 
 /// Median, minimum and count of a series of wall times.
-type Series = (Duration, Duration, usize);
+pub(super) type Series = (Duration, Duration, usize);
 
 fn summary(mut times: Vec<Duration>) -> Series {
     times.sort();
@@ -203,7 +203,7 @@ fn time_alone(budget: &Budget, mut f: impl FnMut() -> Result<()>) -> Result<Seri
     Ok(time_rounds(budget, &mut [&mut f])?[0])
 }
 
-fn timing(t: Series, min_bytes: u64, copy_gbps: Option<f64>) -> Timing {
+pub(super) fn timing(t: Series, min_bytes: u64, copy_gbps: Option<f64>) -> Timing {
     let median = t.0.as_secs_f64();
     let gbps = min_bytes as f64 / median.max(1e-12) / 1e9;
     Timing {
@@ -216,7 +216,7 @@ fn timing(t: Series, min_bytes: u64, copy_gbps: Option<f64>) -> Timing {
 }
 
 /// Compiles `graph` under `base` (fused or not as `no_fuse` says) with `params` bound.
-fn compile(
+pub(super) fn compile(
     graph: &smelt_ir::Graph,
     base: &Options,
     no_fuse: bool,
@@ -259,7 +259,7 @@ fn device_outputs(program: &CudaProgram) -> Result<Vec<DeviceTensor>> {
         .collect()
 }
 
-fn zeros_like_outputs(c: &Compiled) -> Vec<HostTensor> {
+pub(super) fn zeros_like_outputs(c: &Compiled) -> Vec<HostTensor> {
     let g = c.graph();
     g.outputs()
         .iter()
@@ -270,7 +270,7 @@ fn zeros_like_outputs(c: &Compiled) -> Vec<HostTensor> {
         .collect()
 }
 
-fn max_abs_diff(a: &[HostTensor], b: &[HostTensor]) -> f64 {
+pub(super) fn max_abs_diff(a: &[HostTensor], b: &[HostTensor]) -> f64 {
     a.iter()
         .zip(b)
         .flat_map(|(x, y)| {
@@ -278,6 +278,86 @@ fn max_abs_diff(a: &[HostTensor], b: &[HostTensor]) -> f64 {
                 .map(move |i| (x.data().get_f64(i) - y.data().get_f64(i)).abs())
         })
         .fold(0.0, f64::max)
+}
+
+/// The series [`time_plans`] measures.
+pub(super) struct PairSeries {
+    /// `run_into` (on a GPU `run_device_into`) of the two plans, alternately.
+    pub into: (Series, Series),
+    /// `run` (`run_device`), alternately.
+    pub fresh: (Series, Series),
+    /// The second plan's `run_into` and `run` alone, call after call, when asked for.
+    pub alone: Option<(Series, Series)>,
+}
+
+/// Times plans `a` and `b` (`labels` name them in progress lines) on `inputs`: preallocated
+/// outputs alternately, fresh outputs alternately, then `b` alone when `b_alone` says so. On a
+/// GPU inputs and outputs stay in device memory, so the times are the kernels' (and the copy
+/// of outputs out of the arena), not PCIe transfers.
+pub(super) fn time_plans(
+    budget: &Budget,
+    (a, b): (&Compiled, &Compiled),
+    (la, lb): (&str, &str),
+    b_alone: bool,
+    inputs: &HashMap<String, HostTensor>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PairSeries> {
+    match (a.cuda_program(), b.cuda_program()) {
+        (Some(a), Some(b)) => {
+            progress("upload inputs to the device");
+            let (dev_a, dev_b) = (upload(a, inputs)?, upload(b, inputs)?);
+            let (mut out_a, mut out_b) = (device_outputs(a)?, device_outputs(b)?);
+            progress(&format!("run_device_into, {la} and {lb} alternately"));
+            let into = time_pair(
+                budget,
+                || a.run_device_into(&dev_a, &mut out_a).map_err(cuda_err),
+                || b.run_device_into(&dev_b, &mut out_b).map_err(cuda_err),
+            )?;
+            progress(&format!("run_device, {la} and {lb} alternately"));
+            let fresh = time_pair(
+                budget,
+                || a.run_device(&dev_a).map(drop).map_err(cuda_err),
+                || b.run_device(&dev_b).map(drop).map_err(cuda_err),
+            )?;
+            let alone = if b_alone {
+                progress(&format!("run_device_into and run_device, {lb} alone"));
+                Some((
+                    time_alone(budget, || {
+                        b.run_device_into(&dev_b, &mut out_b).map_err(cuda_err)
+                    })?,
+                    time_alone(budget, || b.run_device(&dev_b).map(drop).map_err(cuda_err))?,
+                ))
+            } else {
+                None
+            };
+            Ok(PairSeries { into, fresh, alone })
+        }
+        _ => {
+            let (mut out_a, mut out_b) = (zeros_like_outputs(a), zeros_like_outputs(b));
+            progress(&format!("run_into, {la} and {lb} alternately"));
+            let into = time_pair(
+                budget,
+                || a.run_into(inputs, &mut out_a),
+                || b.run_into(inputs, &mut out_b),
+            )?;
+            progress(&format!("run, {la} and {lb} alternately"));
+            let fresh = time_pair(
+                budget,
+                || a.run(inputs).map(drop),
+                || b.run(inputs).map(drop),
+            )?;
+            let alone = if b_alone {
+                progress(&format!("run_into and run, {lb} alone"));
+                Some((
+                    time_alone(budget, || b.run_into(inputs, &mut out_b))?,
+                    time_alone(budget, || b.run(inputs).map(drop))?,
+                ))
+            } else {
+                None
+            };
+            Ok(PairSeries { into, fresh, alone })
+        }
+    }
 }
 
 /// Measures `case` at `size`, compiled under `options` (its device and CPU code generation;
@@ -304,62 +384,24 @@ pub fn measure(
     let (unfused, unfused_cold) = compile(&graph, options, true, &params)?;
     let unfused_cached = compile(&graph, options, true, &params)?.1;
 
-    let mut out_fused = zeros_like_outputs(&fused);
-    let mut out_unfused = zeros_like_outputs(&unfused);
-    let ((ui, fi), (ur, fr), (ai, ar)) = match (unfused.cuda_program(), fused.cuda_program()) {
-        (Some(u), Some(f)) => {
-            // On a GPU: inputs and outputs stay in device memory, so the times are the
-            // kernels' (and the copy of outputs out of the arena), not PCIe transfers.
-            progress("upload inputs to the device");
-            let dev_u = upload(u, &inputs)?;
-            let dev_f = upload(f, &inputs)?;
-            let mut out_u = device_outputs(u)?;
-            let mut out_f = device_outputs(f)?;
-            progress("run_device_into, unfused and fused alternately");
-            let into = time_pair(
-                budget,
-                || u.run_device_into(&dev_u, &mut out_u).map_err(cuda_err),
-                || f.run_device_into(&dev_f, &mut out_f).map_err(cuda_err),
-            )?;
-            progress("run_device, unfused and fused alternately");
-            let fresh = time_pair(
-                budget,
-                || u.run_device(&dev_u).map(drop).map_err(cuda_err),
-                || f.run_device(&dev_f).map(drop).map_err(cuda_err),
-            )?;
-            progress("run_device_into and run_device, fused alone");
-            let alone = (
-                time_alone(budget, || {
-                    f.run_device_into(&dev_f, &mut out_f).map_err(cuda_err)
-                })?,
-                time_alone(budget, || f.run_device(&dev_f).map(drop).map_err(cuda_err))?,
-            );
-            // The host runs below also check the results; not timed.
-            unfused.run_into(&inputs, &mut out_unfused)?;
-            fused.run_into(&inputs, &mut out_fused)?;
-            (into, fresh, alone)
-        }
-        _ => {
-            progress("run_into, unfused and fused alternately");
-            let into = time_pair(
-                budget,
-                || unfused.run_into(&inputs, &mut out_unfused),
-                || fused.run_into(&inputs, &mut out_fused),
-            )?;
-            progress("run, unfused and fused alternately");
-            let fresh = time_pair(
-                budget,
-                || unfused.run(&inputs).map(drop),
-                || fused.run(&inputs).map(drop),
-            )?;
-            progress("run_into and run, fused alone");
-            let alone = (
-                time_alone(budget, || fused.run_into(&inputs, &mut out_fused))?,
-                time_alone(budget, || fused.run(&inputs).map(drop))?,
-            );
-            (into, fresh, alone)
-        }
-    };
+    let PairSeries {
+        into: (ui, fi),
+        fresh: (ur, fr),
+        alone,
+    } = time_plans(
+        budget,
+        (&unfused, &fused),
+        ("unfused", "fused"),
+        true,
+        &inputs,
+        progress,
+    )?;
+    let (ai, ar) = alone.expect("time_plans times the second plan alone when asked to");
+    let (mut out_fused, mut out_unfused) =
+        (zeros_like_outputs(&fused), zeros_like_outputs(&unfused));
+    // Not timed: the figures' sanity check.
+    unfused.run_into(&inputs, &mut out_unfused)?;
+    fused.run_into(&inputs, &mut out_fused)?;
 
     let opt = fused.optimized();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
