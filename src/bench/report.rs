@@ -83,8 +83,9 @@ pub fn tables(r: &Report) -> String {
          (inputs and params read once, outputs written once) / median",
         r.min_iters, r.min_time_ms
     );
+    let gpu = r.device.starts_with("cuda");
     if let Some(c) = &r.comparison {
-        comparison_tables(&mut s, c);
+        comparison_tables(&mut s, c, gpu);
         return s;
     }
     let _ = writeln!(
@@ -121,7 +122,6 @@ pub fn tables(r: &Report) -> String {
             ms(c.fused_alone.run_into.median_ms),
         ]);
     }
-    let gpu = r.device.starts_with("cuda");
     let _ = writeln!(
         s,
         "\npreallocated outputs ({}):",
@@ -192,8 +192,9 @@ pub fn tables(r: &Report) -> String {
     s
 }
 
-/// A `--compare` run's tables: per case A and B `run_into`, then `run`, with their ratio.
-fn comparison_tables(s: &mut String, c: &Comparison) {
+/// A `--compare` run's tables: per case A and B `run_into`, then `run`, with their ratio
+/// (`run_device_into` and `run_device` on a GPU).
+fn comparison_tables(s: &mut String, c: &Comparison, gpu: bool) {
     let _ = writeln!(
         s,
         "--compare {}: A = {}, B = {}; both fused, called alternately (their ratio is side \
@@ -223,7 +224,15 @@ fn comparison_tables(s: &mut String, c: &Comparison) {
             pct(&r.b.run_into),
         ]);
     }
-    let _ = writeln!(s, "\npreallocated outputs (run_into):");
+    let _ = writeln!(
+        s,
+        "\npreallocated outputs ({}):",
+        if gpu {
+            "run_device_into: device tensors"
+        } else {
+            "run_into"
+        }
+    );
     table(s, &rows, 2);
 
     let mut rows = vec![row(&[
@@ -250,7 +259,11 @@ fn comparison_tables(s: &mut String, c: &Comparison) {
             },
         ]);
     }
-    let _ = writeln!(s, "\nfresh outputs (run), cold compile times, A against B:");
+    let _ = writeln!(
+        s,
+        "\nfresh outputs ({}), cold compile times, A against B:",
+        if gpu { "run_device" } else { "run" }
+    );
     table(s, &rows, 1);
 }
 
