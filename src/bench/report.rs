@@ -122,15 +122,7 @@ pub fn tables(r: &Report) -> String {
             ms(c.fused_alone.run_into.median_ms),
         ]);
     }
-    let _ = writeln!(
-        s,
-        "\npreallocated outputs ({}):",
-        if gpu {
-            "run_device_into: device tensors"
-        } else {
-            "run_into"
-        }
-    );
+    let _ = writeln!(s, "\npreallocated outputs ({}):", series(gpu).0);
     table(&mut s, &rows, 2);
 
     let mut rows = vec![row(&[
@@ -153,15 +145,7 @@ pub fn tables(r: &Report) -> String {
             ms(c.fused_alone.run.median_ms),
         ]);
     }
-    let _ = writeln!(
-        s,
-        "\nfresh outputs ({}):",
-        if gpu {
-            "run_device: device tensors"
-        } else {
-            "run"
-        }
-    );
+    let _ = writeln!(s, "\nfresh outputs ({}):", series(gpu).1);
     table(&mut s, &rows, 1);
 
     let eg = |e: &EgraphStats| format!("{} nodes, {} it, {}", e.nodes, e.iterations, e.stop_reason);
@@ -224,15 +208,7 @@ fn comparison_tables(s: &mut String, c: &Comparison, gpu: bool) {
             pct(&r.b.run_into),
         ]);
     }
-    let _ = writeln!(
-        s,
-        "\npreallocated outputs ({}):",
-        if gpu {
-            "run_device_into: device tensors"
-        } else {
-            "run_into"
-        }
-    );
+    let _ = writeln!(s, "\npreallocated outputs ({}):", series(gpu).0);
     table(s, &rows, 2);
 
     let mut rows = vec![row(&[
@@ -262,9 +238,21 @@ fn comparison_tables(s: &mut String, c: &Comparison, gpu: bool) {
     let _ = writeln!(
         s,
         "\nfresh outputs ({}), cold compile times, A against B:",
-        if gpu { "run_device" } else { "run" }
+        series(gpu).1
     );
     table(s, &rows, 1);
+}
+
+/// What the preallocated and the fresh-output series time: on a GPU, the device-tensor runs.
+fn series(gpu: bool) -> (&'static str, &'static str) {
+    if gpu {
+        (
+            "run_device_into: device tensors",
+            "run_device: device tensors",
+        )
+    } else {
+        ("run_into", "run")
+    }
 }
 
 fn pct(t: &Timing) -> String {
