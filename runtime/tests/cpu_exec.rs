@@ -1156,3 +1156,41 @@ fn inline_exp_is_expf_for_every_f32() {
         }
     }
 }
+
+/// A float product whose f32 partials overflow before they meet a zero is NaN in the kernels,
+/// which accumulate in f32 as PyTorch's CPU `prod` does (`inf * 0`), and 0 in the interpreter,
+/// which accumulates in f64. The differential tests accept `eval_program`'s f32-accumulated
+/// value there (`check_outputs`), and a value that neither accumulator gives still fails.
+/// (Found by the fuzz with `SMELT_FUZZ_SEED=20261202`: a bf16 `prod` of 6.3e25, 1.8e26 and
+/// -0.0 among others.)
+#[test]
+fn products_whose_f32_partials_overflow_before_a_zero() {
+    for d in [DType::F32, DType::BF16] {
+        let mut g = Graph::new();
+        let x = g.input("x", d, [2, 4].as_slice()).unwrap();
+        let y = g.reduce(ReduceOp::Prod, x, &[1], false).unwrap();
+        g.set_output("y", y).unwrap();
+        // Row 0 overflows f32 (1e52) before its zero; row 1 stays in range.
+        let x = tensor(
+            d,
+            &[2, 4],
+            &[6.0e25, 1.5e26, -0.0, 2.0, 3.0, -0.5, 2.0, 0.25],
+        );
+        let inputs = bind(&[("x", &x)]);
+        let want = eval(&g, &inputs).unwrap();
+        assert_eq!(want[0].1.data().get_f64(0), 0.0, "{d}");
+        let opt = smelt_passes::optimize(&g, &Default::default()).unwrap();
+        let program = lower(&opt.graph, &opt.plan).unwrap();
+        let got = CpuProgram::compile(&program, &HashMap::new())
+            .unwrap()
+            .run(&inputs)
+            .unwrap();
+        let y = got[0].1.data();
+        assert!(y.get_f64(0).is_nan(), "{d}: {}", y.get_f64(0));
+        assert_eq!(y.get_f64(1), -0.75, "{d}");
+        check_outputs("prod", &g, &program, &inputs, &want, &got).unwrap();
+        let wrong = vec![("y".to_string(), tensor(d, &[2], &[1.0, -0.75]))];
+        let e = check_outputs("prod", &g, &program, &inputs, &want, &wrong).unwrap_err();
+        assert!(e.contains("element 0"), "{e}");
+    }
+}
