@@ -1194,3 +1194,39 @@ fn products_whose_f32_partials_overflow_before_a_zero() {
         assert!(e.contains("element 0"), "{e}");
     }
 }
+
+/// A product of 32 elements runs in 16 lanes (docs/semantics.md): with 1e30 twice in lane 0
+/// and 1e-30 twice in lane 1, lane 0 overflows and lane 1 underflows, so the kernel gives
+/// `inf * 0` = NaN where the f64 product (1e-84) and `eval_program`'s index order give 0. The
+/// differential tests accept a NaN or ±inf for a wanted ±0 downstream of a product, and still
+/// reject a wrong finite value. (Found by the emulator fuzz with `SMELT_FUZZ_SEED=20261202`: a
+/// bf16 product of 126 factors from 1e-31 to 8e21 and no zero.)
+#[test]
+fn products_whose_lanes_overflow_and_underflow() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [1, 32].as_slice()).unwrap();
+    let y = g.reduce(ReduceOp::Prod, x, &[1], false).unwrap();
+    g.set_output("y", y).unwrap();
+    let mut v = vec![1e-3; 32];
+    (v[0], v[16], v[1], v[17]) = (1e30, 1e30, 1e-30, 1e-30);
+    let inputs = bind(&[("x", &tensor(DType::F32, &[1, 32], &v))]);
+    let want = eval(&g, &inputs).unwrap();
+    assert_eq!(want[0].1.data().get_f64(0), 0.0);
+    let opt = smelt_passes::optimize(&g, &Default::default()).unwrap();
+    let program = lower(&opt.graph, &opt.plan).unwrap();
+    assert_eq!(
+        eval_program(&program, &inputs).unwrap()[0]
+            .1
+            .data()
+            .get_f64(0),
+        0.0
+    );
+    let got = CpuProgram::compile(&program, &HashMap::new())
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
+    assert!(got[0].1.data().get_f64(0).is_nan(), "{:?}", got[0].1);
+    check_outputs("prod", &g, &program, &inputs, &want, &got).unwrap();
+    let wrong = vec![("y".to_string(), tensor(DType::F32, &[1], &[1e-3]))];
+    assert!(check_outputs("prod", &g, &program, &inputs, &want, &wrong).is_err());
+}

@@ -18,8 +18,9 @@
 //! accumulation (GEMMs and reductions, against either oracle) any two
 //! non-finite values match: an accumulation that overflows gives ±inf or NaN depending on its
 //! order. Where such an output still differs from the interpreter's, `eval_program`'s value
-//! (accumulated in f32 like the kernels) is accepted instead (`check_outputs`, as in the CUDA
-//! tests): f32 partial products can overflow and then meet a zero (NaN, where the
+//! (accumulated in f32 like the kernels) is accepted instead, and downstream of a product a NaN
+//! or ±inf where the interpreter gives ±0 (`check_outputs`, as in the CUDA tests): f32 partial
+//! products can overflow and then meet a zero or an underflowed partial (NaN, where the
 //! interpreter's f64 product gives 0), found with `SMELT_FUZZ_SEED=20261202`.
 //!
 //! Every fused program is also compiled with streaming stores on every kernel
