@@ -276,11 +276,81 @@ impl Op {
         }
     }
 
+    /// Calls `f` on each operand, in order, to read or replace it (what [`Op::operands`]
+    /// lists).
+    pub fn operands_mut(&mut self, mut f: impl FnMut(&mut NodeId)) {
+        match self {
+            Op::Input { .. } | Op::Param { .. } | Op::Constant(_) => {}
+            Op::Unary(_, a)
+            | Op::Cast { input: a, .. }
+            | Op::Reduce { input: a, .. }
+            | Op::Reshape { input: a, .. }
+            | Op::Permute { input: a, .. }
+            | Op::Expand { input: a, .. }
+            | Op::Slice { input: a, .. }
+            | Op::Pad { input: a, .. } => f(a),
+            Op::Binary(_, a, b)
+            | Op::MatMul(a, b)
+            | Op::Gather {
+                input: a, index: b, ..
+            }
+            | Op::IndexSelect {
+                input: a, index: b, ..
+            } => {
+                f(a);
+                f(b);
+            }
+            Op::Where(c, a, b) => {
+                f(c);
+                f(a);
+                f(b);
+            }
+            Op::Concat { inputs, .. } => inputs.iter_mut().for_each(f),
+        }
+    }
+
     /// Whether this op only changes how elements are addressed (no arithmetic).
     pub fn is_view(&self) -> bool {
         matches!(
             self,
             Op::Reshape { .. } | Op::Permute { .. } | Op::Expand { .. } | Op::Slice { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `operands_mut` visits what `operands` lists, in the same order.
+    #[test]
+    fn operands_mut_visits_the_operands_in_order() {
+        let n = NodeId;
+        let mut ops = vec![
+            Op::Unary(UnaryOp::Neg, n(3)),
+            Op::Binary(BinaryOp::Add, n(1), n(2)),
+            Op::Where(n(4), n(5), n(6)),
+            Op::Gather {
+                input: n(7),
+                index: n(8),
+                axis: 0,
+            },
+            Op::Concat {
+                inputs: smallvec::smallvec![n(9), n(1), n(9)],
+                axis: 1,
+            },
+        ];
+        for op in &mut ops {
+            let before = op.operands();
+            let mut seen = Vec::new();
+            op.operands_mut(|o| {
+                seen.push(*o);
+                *o = NodeId(o.0 + 100);
+            });
+            assert_eq!(seen.as_slice(), before.as_slice());
+            let after: Vec<u32> = op.operands().iter().map(|o| o.0).collect();
+            let want: Vec<u32> = before.iter().map(|o| o.0 + 100).collect();
+            assert_eq!(after, want);
+        }
     }
 }

@@ -1230,3 +1230,47 @@ fn products_whose_lanes_overflow_and_underflow() {
     let wrong = vec![("y".to_string(), tensor(DType::F32, &[1], &[1e-3]))];
     assert!(check_outputs("prod", &g, &program, &inputs, &want, &wrong).is_err());
 }
+
+/// A comparison after a GEMM whose f32 accumulation overflows both ways (`-1e40` rounds to
+/// -inf, then `+ inf` is NaN) where the interpreter's f64 sum is +inf: the GEMM's outputs
+/// match as two non-finite values, and `where(m > 0, 1, -1)`, -1 on the device and 1 in the
+/// interpreter, is checked as the function of the device's GEMM output it is. A value that
+/// does not follow from the device's own GEMM output still fails. (Found by the emulator
+/// fuzz with `SMELT_FUZZ_SEED=99 SMELT_FUZZ_MAX_NUMEL=4000`, case 149: a `gt` after a bf16
+/// GEMM.)
+#[test]
+fn comparisons_after_gemms_that_overflow_in_f32() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [1, 2].as_slice()).unwrap();
+    let w = g.input("w", DType::F32, [2, 1].as_slice()).unwrap();
+    let m = g.matmul(x, w).unwrap();
+    let k = |g: &mut Graph, v: f32| {
+        g.constant(HostTensor::from_f32([1, 1], vec![v]).unwrap())
+            .unwrap()
+    };
+    let (zero, one, minus) = (k(&mut g, 0.0), k(&mut g, 1.0), k(&mut g, -1.0));
+    let c = g.binary(BinaryOp::Gt, m, zero).unwrap();
+    let y = g.where_(c, one, minus).unwrap();
+    g.set_output("m", m).unwrap();
+    g.set_output("y", y).unwrap();
+    let x = tensor(DType::F32, &[1, 2], &[1e20, f64::INFINITY]);
+    let w = tensor(DType::F32, &[2, 1], &[-1e20, 1.0]);
+    let inputs = bind(&[("x", &x), ("w", &w)]);
+    let want = eval(&g, &inputs).unwrap();
+    assert_eq!(want[0].1.data().get_f64(0), f64::INFINITY);
+    assert_eq!(want[1].1.data().get_f64(0), 1.0);
+    let opt = smelt_passes::optimize(&g, &Default::default()).unwrap();
+    let program = lower(&opt.graph, &opt.plan).unwrap();
+    let mut exe = CpuProgram::compile(&program, &HashMap::new()).unwrap();
+    for (name, id) in g.outputs() {
+        exe.set_output_shape(name, g.ty(*id).shape.clone()).unwrap();
+    }
+    let got = exe.run(&inputs).unwrap();
+    assert!(got[0].1.data().get_f64(0).is_nan(), "{:?}", got[0].1);
+    assert_eq!(got[1].1.data().get_f64(0), -1.0);
+    check_outputs("gemm, where", &g, &program, &inputs, &want, &got).unwrap();
+    let mut wrong = got.clone();
+    wrong[1].1 = HostTensor::from_f32([1, 1], vec![7.0]).unwrap();
+    let e = check_outputs("gemm, where", &g, &program, &inputs, &want, &wrong).unwrap_err();
+    assert!(e.contains("from the other outputs"), "{e}");
+}

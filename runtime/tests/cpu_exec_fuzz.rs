@@ -21,7 +21,10 @@
 //! (accumulated in f32 like the kernels) is accepted instead, and downstream of a product a NaN
 //! or ±inf where the interpreter gives ±0 (`check_outputs`, as in the CUDA tests): f32 partial
 //! products can overflow and then meet a zero or an underflowed partial (NaN, where the
-//! interpreter's f64 product gives 0), found with `SMELT_FUZZ_SEED=20261202`.
+//! interpreter's f64 product gives 0), found with `SMELT_FUZZ_SEED=20261202`. Last, an output
+//! that is the interpreter's exact function (no accumulation in between) of the device's own
+//! values of other outputs is accepted: a comparison after a GEMM whose f32 sum is NaN where
+//! the f64 one is +inf (`SMELT_FUZZ_SEED=99 SMELT_FUZZ_MAX_NUMEL=4000` in the emulator).
 //!
 //! Every fused program is also compiled with streaming stores on every kernel
 //! (`JitOptions::nontemporal_min_bytes = Some(0)`) and must give the same bits.

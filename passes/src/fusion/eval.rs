@@ -195,37 +195,9 @@ pub fn eval_plan(
 }
 
 fn remap_operands(op: &mut Op, map: &HashMap<NodeId, NodeId>) {
-    let f = |n: &mut NodeId| {
+    op.operands_mut(|n| {
         if let Some(m) = map.get(n) {
             *n = *m;
         }
-    };
-    match op {
-        Op::Input { .. } | Op::Param { .. } | Op::Constant(_) => {}
-        Op::Unary(_, a)
-        | Op::Cast { input: a, .. }
-        | Op::Reduce { input: a, .. }
-        | Op::Reshape { input: a, .. }
-        | Op::Permute { input: a, .. }
-        | Op::Expand { input: a, .. }
-        | Op::Slice { input: a, .. }
-        | Op::Pad { input: a, .. } => f(a),
-        Op::Binary(_, a, b)
-        | Op::MatMul(a, b)
-        | Op::Gather {
-            input: a, index: b, ..
-        }
-        | Op::IndexSelect {
-            input: a, index: b, ..
-        } => {
-            f(a);
-            f(b);
-        }
-        Op::Where(c, a, b) => {
-            f(c);
-            f(a);
-            f(b);
-        }
-        Op::Concat { inputs, .. } => inputs.iter_mut().for_each(f),
-    }
+    });
 }
