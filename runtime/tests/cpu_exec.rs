@@ -1274,3 +1274,42 @@ fn comparisons_after_gemms_that_overflow_in_f32() {
     let e = check_outputs("gemm, where", &g, &program, &inputs, &want, &wrong).unwrap_err();
     assert!(e.contains("from the other outputs"), "{e}");
 }
+
+/// An f32 GEMM whose finite terms add up past the f32 range can overflow in f32 where the
+/// interpreter's f64 sum does not: `2e38 - 3e38 + 2e38` is 1e38 in k order (the device's and
+/// `eval_program`'s here), inf in an order that adds the two `2e38` first. Both are accepted
+/// against the interpreter's 1e38, since the absolute terms sum to 7e38; an inf where they
+/// cannot overflow is still rejected. (Found by the CPU fuzz with `SMELT_FUZZ_SEED=99`, case
+/// 1290: a GEMM with a constant holding `f32::MAX`, inf on the device.)
+#[test]
+fn gemms_whose_f32_partial_sums_overflow() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2, 3].as_slice()).unwrap();
+    let w = g.input("w", DType::F32, [3, 1].as_slice()).unwrap();
+    let m = g.matmul(x, w).unwrap();
+    g.set_output("m", m).unwrap();
+    let w = tensor(DType::F32, &[3, 1], &[1.0, 1.0, 1.0]);
+    let check = |big: f64, got: &[f64]| {
+        let x = tensor(
+            DType::F32,
+            &[2, 3],
+            &[2.0 * big, -3.0 * big, 2.0 * big, 1.0, 2.0, 3.0],
+        );
+        let inputs = bind(&[("x", &x), ("w", &w)]);
+        let want = eval(&g, &inputs).unwrap();
+        let opt = smelt_passes::optimize(&g, &Default::default()).unwrap();
+        let program = lower(&opt.graph, &opt.plan).unwrap();
+        let mut exe = CpuProgram::compile(&program, &HashMap::new()).unwrap();
+        exe.set_output_shape("m", [2, 1].as_slice().into()).unwrap();
+        let device = exe.run(&inputs).unwrap();
+        check_outputs("gemm", &g, &program, &inputs, &want, &device).unwrap();
+        let other = vec![("m".to_string(), tensor(DType::F32, &[2, 1], got))];
+        check_outputs("gemm", &g, &program, &inputs, &want, &other)
+    };
+    check(1e38, &[f64::INFINITY, 6.0]).unwrap();
+    assert!(check(1e37, &[f64::INFINITY, 6.0]).is_err());
+    assert!(
+        check(1e38, &[f64::INFINITY, f64::INFINITY]).is_ok(),
+        "one bound per cone"
+    );
+}
