@@ -1157,6 +1157,22 @@ fn inline_exp_is_expf_for_every_f32() {
     }
 }
 
+/// `g` through the default pipeline, lowered, and run fused on the CPU with its outputs in
+/// the graph's shapes: the program and the outputs.
+fn fused_run(
+    g: &Graph,
+    inputs: &HashMap<String, HostTensor>,
+) -> (Program, Vec<(String, HostTensor)>) {
+    let opt = smelt_passes::optimize(g, &Default::default()).unwrap();
+    let program = lower(&opt.graph, &opt.plan).unwrap();
+    let mut exe = CpuProgram::compile(&program, &HashMap::new()).unwrap();
+    for (name, id) in g.outputs() {
+        exe.set_output_shape(name, g.ty(*id).shape.clone()).unwrap();
+    }
+    let got = exe.run(inputs).unwrap();
+    (program, got)
+}
+
 /// A float product whose f32 partials overflow before they meet a zero is NaN in the kernels,
 /// which accumulate in f32 as PyTorch's CPU `prod` does (`inf * 0`), and 0 in the interpreter,
 /// which accumulates in f64. The differential tests accept `eval_program`'s f32-accumulated
@@ -1179,12 +1195,7 @@ fn products_whose_f32_partials_overflow_before_a_zero() {
         let inputs = bind(&[("x", &x)]);
         let want = eval(&g, &inputs).unwrap();
         assert_eq!(want[0].1.data().get_f64(0), 0.0, "{d}");
-        let opt = smelt_passes::optimize(&g, &Default::default()).unwrap();
-        let program = lower(&opt.graph, &opt.plan).unwrap();
-        let got = CpuProgram::compile(&program, &HashMap::new())
-            .unwrap()
-            .run(&inputs)
-            .unwrap();
+        let (program, got) = fused_run(&g, &inputs);
         let y = got[0].1.data();
         assert!(y.get_f64(0).is_nan(), "{d}: {}", y.get_f64(0));
         assert_eq!(y.get_f64(1), -0.75, "{d}");
@@ -1212,8 +1223,7 @@ fn products_whose_lanes_overflow_and_underflow() {
     let inputs = bind(&[("x", &tensor(DType::F32, &[1, 32], &v))]);
     let want = eval(&g, &inputs).unwrap();
     assert_eq!(want[0].1.data().get_f64(0), 0.0);
-    let opt = smelt_passes::optimize(&g, &Default::default()).unwrap();
-    let program = lower(&opt.graph, &opt.plan).unwrap();
+    let (program, got) = fused_run(&g, &inputs);
     assert_eq!(
         eval_program(&program, &inputs).unwrap()[0]
             .1
@@ -1221,10 +1231,6 @@ fn products_whose_lanes_overflow_and_underflow() {
             .get_f64(0),
         0.0
     );
-    let got = CpuProgram::compile(&program, &HashMap::new())
-        .unwrap()
-        .run(&inputs)
-        .unwrap();
     assert!(got[0].1.data().get_f64(0).is_nan(), "{:?}", got[0].1);
     check_outputs("prod", &g, &program, &inputs, &want, &got).unwrap();
     let wrong = vec![("y".to_string(), tensor(DType::F32, &[1], &[1e-3]))];
@@ -1259,13 +1265,7 @@ fn comparisons_after_gemms_that_overflow_in_f32() {
     let want = eval(&g, &inputs).unwrap();
     assert_eq!(want[0].1.data().get_f64(0), f64::INFINITY);
     assert_eq!(want[1].1.data().get_f64(0), 1.0);
-    let opt = smelt_passes::optimize(&g, &Default::default()).unwrap();
-    let program = lower(&opt.graph, &opt.plan).unwrap();
-    let mut exe = CpuProgram::compile(&program, &HashMap::new()).unwrap();
-    for (name, id) in g.outputs() {
-        exe.set_output_shape(name, g.ty(*id).shape.clone()).unwrap();
-    }
-    let got = exe.run(&inputs).unwrap();
+    let (program, got) = fused_run(&g, &inputs);
     assert!(got[0].1.data().get_f64(0).is_nan(), "{:?}", got[0].1);
     assert_eq!(got[1].1.data().get_f64(0), -1.0);
     check_outputs("gemm, where", &g, &program, &inputs, &want, &got).unwrap();
@@ -1297,11 +1297,7 @@ fn gemms_whose_f32_partial_sums_overflow() {
         );
         let inputs = bind(&[("x", &x), ("w", &w)]);
         let want = eval(&g, &inputs).unwrap();
-        let opt = smelt_passes::optimize(&g, &Default::default()).unwrap();
-        let program = lower(&opt.graph, &opt.plan).unwrap();
-        let mut exe = CpuProgram::compile(&program, &HashMap::new()).unwrap();
-        exe.set_output_shape("m", [2, 1].as_slice().into()).unwrap();
-        let device = exe.run(&inputs).unwrap();
+        let (program, device) = fused_run(&g, &inputs);
         check_outputs("gemm", &g, &program, &inputs, &want, &device).unwrap();
         let other = vec![("m".to_string(), tensor(DType::F32, &[2, 1], got))];
         check_outputs("gemm", &g, &program, &inputs, &want, &other)
