@@ -556,34 +556,31 @@ fn f32_accumulation_may_overflow(
     out: NodeId,
     bindings: &std::collections::HashMap<String, HostTensor>,
 ) -> bool {
-    let mut cone = vec![false; graph.len()];
-    let mut stack = vec![out];
-    while let Some(n) = stack.pop() {
-        if !std::mem::replace(&mut cone[n.index()], true) {
-            stack.extend(graph.node(n).op.operands());
+    let bound = || -> Option<bool> {
+        // The graph, then one output per f32 accumulation of the cone: its bound, in f64.
+        let mut g = Graph::new();
+        for k in 0..graph.len() {
+            g.push(graph.node(NodeId(k as u32)).op.clone()).ok()?;
         }
-    }
-    (0..graph.len()).filter(|&k| cone[k]).any(|k| {
-        let node = NodeId(k as u32);
-        let bound = || -> Option<f64> {
-            // The graph up to `node`, then the bound of its accumulation in f64.
-            let mut g = Graph::new();
-            for j in 0..k {
-                g.push(graph.node(NodeId(j as u32)).op.clone()).ok()?;
+        let scalar = |g: &mut Graph, v: f64| {
+            g.constant(HostTensor::scalar(TensorData::F64(vec![v])).ok()?)
+                .ok()
+        };
+        // |x| in f64, with infinities and NaN as 0: they propagate alike in f32 and f64
+        // (inf + finite is inf in both), only finite terms overflow differently.
+        let abs64 = |g: &mut Graph, x: NodeId| -> Option<NodeId> {
+            let x = g.cast(x, DType::F64).ok()?;
+            let a = g.unary(smelt_ir::UnaryOp::Abs, x).ok()?;
+            let (inf, zero) = (scalar(g, f64::INFINITY)?, scalar(g, 0.0)?);
+            let finite = g.binary(smelt_ir::BinaryOp::Lt, a, inf).ok()?;
+            g.where_(finite, a, zero).ok()
+        };
+        let mut any = false;
+        for (k, _) in cone(graph, out).iter().enumerate().filter(|(_, c)| **c) {
+            let node = NodeId(k as u32);
+            if !matches!(graph.ty(node).dtype, DType::F32 | DType::F16 | DType::BF16) {
+                continue;
             }
-            // |x| in f64, with infinities and NaN as 0: they propagate alike in f32 and f64
-            // (inf + finite is inf in both), only finite terms overflow differently.
-            let abs64 = |g: &mut Graph, x: NodeId| -> Option<NodeId> {
-                let x = g.cast(x, DType::F64).ok()?;
-                let a = g.unary(smelt_ir::UnaryOp::Abs, x).ok()?;
-                let k = |g: &mut Graph, v: f64| {
-                    g.constant(HostTensor::scalar(TensorData::F64(vec![v])).ok()?)
-                        .ok()
-                };
-                let (inf, zero) = (k(g, f64::INFINITY)?, k(g, 0.0)?);
-                let finite = g.binary(smelt_ir::BinaryOp::Lt, a, inf).ok()?;
-                g.where_(finite, a, zero).ok()
-            };
             let b = match &graph.node(node).op {
                 Op::MatMul(a, b) => {
                     let (a, b) = (abs64(&mut g, *a)?, abs64(&mut g, *b)?);
@@ -605,25 +602,26 @@ fn f32_accumulation_may_overflow(
                     keepdim,
                 } => {
                     let x = abs64(&mut g, *input)?;
-                    let one = g
-                        .constant(HostTensor::scalar(TensorData::F64(vec![1.0])).ok()?)
-                        .ok()?;
+                    let one = scalar(&mut g, 1.0)?;
                     let x = g.binary(smelt_ir::BinaryOp::Maximum, x, one).ok()?;
                     g.reduce(ReduceOp::Prod, x, axes, *keepdim).ok()?
                 }
-                _ => return None,
+                _ => continue,
             };
-            g.set_output("bound", b).ok()?;
-            let t = smelt_ir::interp::eval(&g, bindings).ok()?.pop()?.1;
-            Some(
-                (0..t.numel())
-                    .map(|i| t.data().get_f64(i))
-                    .fold(0.0, f64::max),
-            )
-        };
-        matches!(graph.ty(node).dtype, DType::F32 | DType::F16 | DType::BF16)
-            && bound().is_some_and(|m| m > f32::MAX as f64)
-    })
+            g.set_output(format!("bound.{k}"), b).ok()?;
+            any = true;
+        }
+        if !any {
+            return Some(false);
+        }
+        let values = smelt_ir::interp::eval(&g, bindings).ok()?;
+        Some(
+            values
+                .iter()
+                .any(|(_, t)| (0..t.numel()).any(|i| t.data().get_f64(i) > f32::MAX as f64)),
+        )
+    };
+    bound() == Some(true)
 }
 
 /// Output `pos` of `graph` as the interpreter computes it from the device's own values of the
@@ -693,19 +691,22 @@ fn local_value(
 
 /// Whether `out` or a node it depends on has an op for which `pred` holds.
 fn cone_has(g: &Graph, out: NodeId, pred: impl Fn(&Op) -> bool) -> bool {
+    cone(g, out)
+        .iter()
+        .enumerate()
+        .any(|(k, c)| *c && pred(&g.node(NodeId(k as u32)).op))
+}
+
+/// The nodes `out` depends on, itself included, by node index.
+fn cone(g: &Graph, out: NodeId) -> Vec<bool> {
     let mut seen = vec![false; g.len()];
     let mut stack = vec![out];
     while let Some(n) = stack.pop() {
-        if std::mem::replace(&mut seen[n.index()], true) {
-            continue;
+        if !std::mem::replace(&mut seen[n.index()], true) {
+            stack.extend(g.node(n).op.operands());
         }
-        let op = &g.node(n).op;
-        if pred(op) {
-            return true;
-        }
-        stack.extend(op.operands());
     }
-    false
+    seen
 }
 
 /// The differential fuzz tolerances (rtol, atol) of an output of dtype `d`: torch.testing's
