@@ -31,6 +31,7 @@
 struct ReadmeDoctests;
 
 pub mod bench;
+pub mod emit;
 pub mod io;
 pub mod models;
 
@@ -64,6 +65,12 @@ pub enum Error {
     Pass(#[from] smelt_passes::PassError),
     #[error("{0}")]
     Usage(String),
+    /// Generating code at one `--emit` level failed (see [`emit`]).
+    #[error("--emit {level}: {error}")]
+    Emit {
+        level: emit::Emit,
+        error: smelt_codegen::llvm::LlvmError,
+    },
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
 }

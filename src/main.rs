@@ -41,6 +41,21 @@ enum Command {
         /// Also write the plan as a Graphviz DOT file.
         #[arg(long)]
         dot: Option<PathBuf>,
+        /// Also print the generated code (repeatable): kernels (smelt's kernel IR), llvm-ir or
+        /// asm (the CPU kernels, optimised for this CPU), cuda (the CUDA C for NVRTC) or ptx
+        /// (LLVM's NVPTX path, for --arch).
+        #[arg(long, value_name = "LEVEL", value_parser = |s: &str| s.parse::<smelt::emit::Emit>())]
+        emit: Vec<smelt::emit::Emit>,
+        /// Write each --emit level to a file in this directory (kernels.txt, kernels.ll,
+        /// kernels.s, kernels.cu, kernels.ptx) instead of stdout.
+        #[arg(long, value_name = "DIR", requires = "emit")]
+        emit_dir: Option<PathBuf>,
+        /// The GPU architecture of --emit ptx.
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
+        /// The CPU kernels of --emit llvm-ir/asm with f32 exp/tanh/erf as the C library does.
+        #[arg(long)]
+        libm_math: bool,
     },
     /// Run a .smelt program on tensors from a safetensors file.
     Run {
@@ -165,7 +180,26 @@ fn main() -> ExitCode {
             no_fuse,
             fast_math,
             dot,
-        } => explain(&mut out, &file, no_fuse, fast_math, dot.as_deref()),
+            emit,
+            emit_dir,
+            arch,
+            libm_math,
+        } => explain(
+            &mut out,
+            &file,
+            &Options {
+                no_fuse,
+                fast_math,
+                math: math_mode(libm_math),
+                ..Options::default()
+            },
+            dot.as_deref(),
+            &EmitFlags {
+                levels: emit,
+                dir: emit_dir,
+                arch,
+            },
+        ),
         Command::Run {
             file,
             inputs,
@@ -284,19 +318,23 @@ fn check(out: &mut String, file: &Path) -> smelt::Result<()> {
     Ok(())
 }
 
+/// `smelt explain`'s `--emit`, `--emit-dir` and `--arch`.
+struct EmitFlags {
+    levels: Vec<smelt::emit::Emit>,
+    dir: Option<PathBuf>,
+    arch: String,
+}
+
 fn explain(
     out: &mut String,
     file: &Path,
-    no_fuse: bool,
-    fast_math: bool,
+    options: &Options,
     dot: Option<&Path>,
+    emit: &EmitFlags,
 ) -> smelt::Result<()> {
     let graph = load_graph(file)?;
-    let opts = smelt::PassOptions {
-        fuse: !no_fuse,
-        fast_math,
-        ..smelt::PassOptions::default()
-    };
+    let no_fuse = options.no_fuse;
+    let opts = options.pass_options();
     let start = Instant::now();
     let opt = smelt_passes::optimize(&graph, &opts)?;
     let elapsed = start.elapsed();
@@ -351,6 +389,32 @@ fn explain(
             message: format!("cannot write: {e}"),
         })?;
         let _ = writeln!(out, "wrote {}", path.display());
+    }
+    if emit.levels.is_empty() {
+        return Ok(());
+    }
+    let program = smelt::emit::lower(&graph, options)?;
+    if let Some(dir) = &emit.dir {
+        std::fs::create_dir_all(dir).map_err(|e| smelt::Error::File {
+            path: dir.clone(),
+            message: format!("cannot create: {e}"),
+        })?;
+    }
+    for &level in &emit.levels {
+        let text = smelt::emit::emit(&program, options, level, &emit.arch)?;
+        match &emit.dir {
+            Some(dir) => {
+                let path = dir.join(level.file_name());
+                std::fs::write(&path, &text).map_err(|e| smelt::Error::File {
+                    path: path.clone(),
+                    message: format!("cannot write: {e}"),
+                })?;
+                let _ = writeln!(out, "wrote {} ({level})", path.display());
+            }
+            None => {
+                let _ = writeln!(out, "\n=== --emit {level} ===\n{text}");
+            }
+        }
     }
     Ok(())
 }

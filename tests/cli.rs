@@ -374,3 +374,114 @@ fn explain_shows_the_plan_bytes_and_stop_reasons() {
     assert!(!unfused.contains("-> 1 kernels"), "{unfused}");
     assert!(unfused.contains("1.00x less"), "{unfused}");
 }
+
+/// The entry points a kernel IR listing (`--emit kernels`) names, from its `kernel NAME (…`
+/// lines.
+fn listed_kernels(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|l| l.strip_prefix("kernel "))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn explain_emits_the_generated_code_of_every_kernel() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/layer_norm.smelt");
+    let example = example.to_str().unwrap();
+    let out = smelt(&["explain", example, "--emit", "kernels", "--emit", "cuda"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let (plan, rest) = stdout.split_once("=== --emit kernels ===\n").unwrap();
+    let (kernels, cuda) = rest.split_once("=== --emit cuda ===\n").unwrap();
+    let names = listed_kernels(kernels);
+    assert!(!names.is_empty(), "{kernels}");
+    for name in &names {
+        // The plan above names the kernel, the CUDA C defines it with a header saying which
+        // graph ops it came from.
+        let plan_name = name.split('_').next().unwrap();
+        assert!(plan.contains(&format!("{plan_name} ")), "{plan}");
+        let entry = format!("void __launch_bounds__(256) {name}(");
+        let at = cuda
+            .find(&entry)
+            .unwrap_or_else(|| panic!("no {entry} in\n{cuda}"));
+        let header = cuda[..at].rsplit("// kernel ").next().unwrap();
+        assert!(header.contains("// from: %"), "{header}");
+    }
+
+    // Every level into a directory; the kernel IR file is what stdout showed.
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "explain",
+        example,
+        "--emit-dir",
+        dir.path().to_str().unwrap(),
+    ];
+    let levels = ["kernels", "cuda", "llvm-ir", "asm", "ptx"];
+    let in_build = if cfg!(feature = "llvm") { 5 } else { 2 };
+    for level in &levels[..in_build] {
+        args.extend(["--emit", level]);
+    }
+    let out = smelt(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+    assert_eq!(read("kernels.txt").trim_end(), kernels.trim_end());
+    assert_eq!(read("kernels.cu").trim_end(), cuda.trim_end());
+    if cfg!(feature = "llvm") {
+        let (ir, asm, ptx) = (read("kernels.ll"), read("kernels.s"), read("kernels.ptx"));
+        for name in &names {
+            assert!(ir.contains(&format!("define void @{name}(")), "{ir}");
+            assert!(asm.lines().any(|l| l == format!("{name}:")), "{asm}");
+            assert!(ptx.contains(&format!(".entry {name}(")), "{ptx}");
+        }
+        // sm_90 is newer than LLVM 14 knows: PTX for sm_86, which ptxas takes for sm_90.
+        assert!(ptx.contains(".target sm_86"), "{ptx}");
+        assemble_emitted(&read("kernels.cu"), &ptx);
+    } else {
+        let out = smelt(&["explain", example, "--emit", "asm"]);
+        assert!(!out.status.success());
+        assert!(
+            text(&out.stderr).contains("--emit asm: the CPU backend (LLVM JIT) is not compiled in")
+        );
+    }
+
+    // What cannot be emitted says why.
+    let out = smelt(&["explain", example, "--emit", "sass"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("kernels, llvm-ir, asm, cuda, ptx"),
+        "{stderr}"
+    );
+    if cfg!(feature = "llvm") {
+        let out = smelt(&["explain", example, "--emit", "ptx", "--arch", "sm_35"]);
+        assert!(!out.status.success());
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("--emit ptx") && stderr.contains("sm_35"),
+            "{stderr}"
+        );
+    }
+}
+
+/// The emitted CUDA C compiles with NVRTC for sm_90 and the emitted PTX assembles with ptxas
+/// for sm_90, where both are installed (CI installs them and sets `SMELT_REQUIRE_NVRTC`).
+fn assemble_emitted(cuda: &str, ptx: &str) {
+    use smelt_runtime::cuda::{assemble_ptx, nvrtc, ptxas_path, Arch, CompileOptions};
+    let required = std::env::var_os("SMELT_REQUIRE_NVRTC").is_some();
+    let nvrtc = match (nvrtc(), ptxas_path()) {
+        (Ok(n), Ok(_)) => n,
+        (n, p) => {
+            let why = format!("NVRTC: {:?}, ptxas: {:?}", n.err(), p.err());
+            assert!(!required, "SMELT_REQUIRE_NVRTC is set: {why}");
+            println!("emitted code not compiled: {why}");
+            return;
+        }
+    };
+    let arch = Arch::parse("sm_90").unwrap();
+    nvrtc
+        .compile(cuda, "kernels.cu", arch, &CompileOptions::default())
+        .unwrap_or_else(|e| panic!("the emitted CUDA C does not compile: {e}"));
+    let cubin = assemble_ptx(ptx, arch).unwrap_or_else(|e| panic!("the emitted PTX: {e}"));
+    assert_eq!(&cubin[..4], b"\x7fELF");
+}

@@ -829,6 +829,38 @@ mod with_llvm {
         lower(&o.graph, &o.plan).unwrap()
     }
 
+    /// `program_listing` (what `smelt explain --emit llvm-ir|asm` prints) is the code the JIT
+    /// loads: its IR is, to the byte, the optimised IR `compile_program` JIT-compiles for the
+    /// same program and options, and its assembly defines every entry point, in 512-bit
+    /// registers where the IR computes on 16-float vectors and the host has AVX-512.
+    #[test]
+    fn program_listing_is_the_code_the_jit_loads() {
+        use smelt_codegen::llvm::kernel::compile_program;
+        use smelt_codegen::llvm::program_listing;
+        let libm = JitOptions {
+            math: MathMode::Libm,
+            ..JitOptions::default()
+        };
+        for (name, build) in row_builds() {
+            let program = row_program(build, 4, 768);
+            for options in [JitOptions::default(), libm.clone()] {
+                let (ir, asm) = program_listing(&program, &options).unwrap();
+                let jit = compile_program(&program, &options).unwrap();
+                assert_eq!(ir, jit.module.optimized_ir(), "{name}, {:?}", options.math);
+                for entry in &jit.entries {
+                    assert!(
+                        asm.lines().any(|l| l == format!("{entry}:")),
+                        "{name}: no label {entry:?} in\n{asm}"
+                    );
+                }
+                let wide = ir.contains("<16 x float>") && !jit.module.cpu().1.contains("-avx512f");
+                if cfg!(target_arch = "x86_64") && wide {
+                    assert!(asm.contains("%zmm"), "{name}: no zmm register in\n{asm}");
+                }
+            }
+        }
+    }
+
     /// A split reduction's lane loop is widened into one vector and then gone: the block loop
     /// carries the lanes in registers, with no scratch array on the stack (the kernels' only
     /// stack arrays left are the values softmax keeps for its store stage, `%keep`). Checked

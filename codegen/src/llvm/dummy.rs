@@ -18,6 +18,14 @@ pub fn compile_ir(_name: &str, _ir: &str, _options: &JitOptions) -> Result<JitMo
     Err(LlvmError::NotCompiledIn)
 }
 
+/// Always [`LlvmError::NotCompiledIn`].
+pub fn program_listing(
+    _program: &smelt_passes::kernel::Program,
+    _options: &JitOptions,
+) -> Result<(String, String)> {
+    Err(LlvmError::NotCompiledIn)
+}
+
 /// JIT-compiled machine code; no value of it exists in a build without LLVM.
 #[derive(Debug)]
 pub struct JitModule {

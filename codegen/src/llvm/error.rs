@@ -42,6 +42,9 @@ pub enum LlvmError {
     /// The execution engine could not be created or could not compile the module.
     #[error("LLVM JIT failed on module {module:?}: {message}")]
     Jit { module: String, message: String },
+    /// The back end could not write the module as assembly text.
+    #[error("LLVM could not write module {module:?} as assembly: {message}")]
+    Assembly { module: String, message: String },
     /// A function the caller asked for is not defined by the JIT-compiled module.
     #[error("module {module:?} defines no function {name:?} (it defines: {defined:?})")]
     MissingSymbol {

@@ -36,6 +36,7 @@ use inkwell::execution_engine::ExecutionEngine;
 use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::{Linkage, Module};
 use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{FileType, TargetMachine};
 use inkwell::values::FunctionValue;
 use std::collections::BTreeMap;
 
@@ -170,7 +171,32 @@ where
     let module = context.create_module(name);
     build(&context, &module)?;
     let (cpu, features) = cpu_and_features(&options.target)?;
-    prepare(&module, name, options, &cpu, &features)
+    let machine = target_machine(&cpu, &features, options.opt_level)?;
+    prepare(&module, name, options, &machine, &cpu, &features)
+}
+
+/// Builds and optimises a module like [`compile`], then has the back end write it as assembly
+/// for the target CPU instead of loading machine code: returns the optimised IR and the
+/// assembly text (in LLVM's default syntax for the triple: AT&T on x86).
+/// The pipeline is [`compile`]'s up to step 5, so the assembly is the code the JIT would load.
+pub fn assemble<F>(name: &str, options: &JitOptions, build: F) -> Result<(String, String)>
+where
+    F: for<'ctx> FnOnce(&'ctx Context, &Module<'ctx>) -> Result<()>,
+{
+    let context = Context::create();
+    let module = context.create_module(name);
+    build(&context, &module)?;
+    let (cpu, features) = cpu_and_features(&options.target)?;
+    let machine = target_machine(&cpu, &features, options.opt_level)?;
+    let ir = prepare(&module, name, options, &machine, &cpu, &features)?;
+    let buffer = machine
+        .write_to_memory_buffer(&module, FileType::Assembly)
+        .map_err(|e| LlvmError::Assembly {
+            module: name.to_string(),
+            message: e.to_string(),
+        })?;
+    let asm = String::from_utf8_lossy(buffer.as_slice()).into_owned();
+    Ok((ir, asm))
 }
 
 fn parse_ir<'ctx>(ctx: &'ctx Context, name: &str, ir: &str) -> Result<Module<'ctx>> {
@@ -188,6 +214,7 @@ fn compile_impl(
     make_module: impl FnOnce(&'static Context) -> Result<Module<'static>>,
 ) -> Result<JitModule> {
     let (cpu, features) = cpu_and_features(&options.target)?;
+    let machine = target_machine(&cpu, &features, options.opt_level)?;
     // Declared first so that it is dropped last, after the module and engine below, on every
     // error path out of this function.
     let owned = OwnedContext::new();
@@ -200,7 +227,7 @@ fn compile_impl(
     // `compile`).
     let ctx: &'static Context = unsafe { owned.get() };
     let module = make_module(ctx)?;
-    let ir = prepare(&module, name, options, &cpu, &features)?;
+    let ir = prepare(&module, name, options, &machine, &cpu, &features)?;
     let engine = module
         .create_jit_execution_engine(llvm_opt_level(options.opt_level))
         .map_err(|e| LlvmError::Jit {
@@ -246,11 +273,11 @@ fn prepare(
     module: &Module<'_>,
     name: &str,
     options: &JitOptions,
+    machine: &TargetMachine,
     cpu: &str,
     features: &str,
 ) -> Result<String> {
     let opt = options.opt_level;
-    let machine = target_machine(cpu, features, opt)?;
     module.set_triple(&machine.get_triple());
     module.set_data_layout(&machine.get_target_data().get_data_layout());
     let ctx = module.get_context();
@@ -285,13 +312,13 @@ fn prepare(
     pass_options.set_loop_interleaving(vectorise);
     pass_options.set_loop_unrolling(opt > OptLevel::O0);
     module
-        .run_passes(&pipeline, &machine, pass_options)
+        .run_passes(&pipeline, machine, pass_options)
         .map_err(|e| LlvmError::Optimize {
             module: name.to_string(),
             pipeline,
             message: e.to_string(),
         })?;
-    super::kernel::inline_after_vectorizing(module, &machine)?;
+    super::kernel::inline_after_vectorizing(module, machine)?;
     super::kernel::mark_streaming_stores(module)?;
     if let Some(distance) = options.prefetch_bytes {
         super::kernel::insert_prefetches(module, distance)?;

@@ -69,7 +69,7 @@ pub(crate) use stream::mark_streaming_stores;
 use stream::{contiguous_store, streams, AlignedStore, STREAMING_ATTR};
 
 use super::error::{LlvmError, Result};
-use super::jit::{compile, optimize, JitModule};
+use super::jit::{assemble, compile, optimize, JitModule};
 use super::options::{JitOptions, MathMode};
 use super::target::cpu_and_features;
 use inkwell::attributes::{Attribute, AttributeLoc};
@@ -186,6 +186,21 @@ pub fn compile_program_kernels(
         Ok(())
     })?;
     Ok(CompiledKernels { module, entries })
+}
+
+/// Every kernel step of `program` in one module, as the CPU runtime would JIT-compile it under
+/// `options`: the optimised LLVM IR and the host assembly the back end writes for it (for
+/// `smelt explain --emit`; each kernel is one function named by [`entry_names`]).
+pub fn program_listing(program: &Program, options: &JitOptions) -> Result<(String, String)> {
+    let kernels: Vec<&Kernel> = program.kernels().collect();
+    let entries = entry_names(&kernels);
+    let body = KernelOptions::for_jit(options)?;
+    assemble("smelt_kernels", options, |ctx, module| {
+        for (k, name) in kernels.iter().zip(&entries) {
+            build_kernel(ctx, module, k, &program.buffers, name, &body)?;
+        }
+        Ok(())
+    })
 }
 
 /// The optimised LLVM IR of one kernel (for snapshots and vectorisation checks; pass a

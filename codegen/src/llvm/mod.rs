@@ -5,7 +5,8 @@
 //! - `compile` / [`compile_ir`]: build (or parse) a module, verify it, optimise it for the host
 //!   at `-O3` with loop and SLP vectorisation, JIT-compile it with MCJIT, and get back a
 //!   [`JitModule`]: function addresses plus the optimised IR text (for snapshots).
-//!   `optimize` stops before machine code.
+//!   `optimize` stops before machine code; `assemble` writes assembly instead of loading it
+//!   ([`program_listing`]: a program's kernels as optimised IR and host assembly).
 //! - [`kernel`]: the kernel IR code generator: every kernel of a program → one function in the
 //!   CPU runtime's chunked calling convention, all in one module (`compile_program_kernels`).
 //! - [`nvptx`]: the same kernel bodies as PTX through LLVM's NVPTX back end, with the NVRTC
@@ -45,14 +46,16 @@ mod target;
 #[cfg(feature = "llvm")]
 pub use inkwell;
 #[cfg(feature = "llvm")]
-pub use jit::{compile, compile_ir, optimize, JitModule};
+pub use jit::{assemble, compile, compile_ir, optimize, JitModule};
+#[cfg(feature = "llvm")]
+pub use kernel::program_listing;
 #[cfg(feature = "llvm")]
 pub use target::{host_target, LLVM_VERSION};
 
 #[cfg(not(feature = "llvm"))]
 mod dummy;
 #[cfg(not(feature = "llvm"))]
-pub use dummy::{compile_ir, host_target, JitModule, LLVM_VERSION};
+pub use dummy::{compile_ir, host_target, program_listing, JitModule, LLVM_VERSION};
 
 /// Whether this build has the LLVM backend (the `llvm` cargo feature).
 pub const COMPILED_IN: bool = cfg!(feature = "llvm");
