@@ -115,20 +115,9 @@ pub fn emit(program: &Program, options: &Options, what: Emit, arch: &str) -> Res
         }
         Emit::Cuda => smelt_codegen::cuda::cuda_program_source(program).source,
         Emit::Ptx => {
-            use smelt_codegen::llvm::nvptx::{
-                libdevice_beside_ptxas, ptx_program, Libdevice, NvptxOptions,
-            };
-            // The CUDA runtime's LLVM path's options: libdevice from beside the ptxas it uses,
-            // the rest the defaults (`Options::math` is a CPU option).
-            let libdevice = smelt_runtime::cuda::ptxas_path()
-                .ok()
-                .and_then(|p| libdevice_beside_ptxas(&p))
-                .and_then(|p| Libdevice::read(&p).ok());
-            let nvptx = NvptxOptions {
-                libdevice,
-                ..NvptxOptions::default()
-            };
-            ptx_program(program, arch, &nvptx)
+            // The CUDA runtime's own options for the LLVM path (libdevice beside its ptxas).
+            let nvptx = smelt_runtime::cuda::nvptx_options();
+            smelt_codegen::llvm::nvptx::ptx_program(program, arch, &nvptx)
                 .map_err(codegen(what))?
                 .ptx
         }

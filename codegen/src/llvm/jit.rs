@@ -167,12 +167,7 @@ pub fn optimize<F>(name: &str, options: &JitOptions, build: F) -> Result<String>
 where
     F: for<'ctx> FnOnce(&'ctx Context, &Module<'ctx>) -> Result<()>,
 {
-    let context = Context::create();
-    let module = context.create_module(name);
-    build(&context, &module)?;
-    let (cpu, features) = cpu_and_features(&options.target)?;
-    let machine = target_machine(&cpu, &features, options.opt_level)?;
-    prepare(&module, name, options, &machine, &cpu, &features)
+    Ok(optimize_impl(name, options, build, false)?.0)
 }
 
 /// Builds and optimises a module like [`compile`], then has the back end write it as assembly
@@ -183,20 +178,39 @@ pub fn assemble<F>(name: &str, options: &JitOptions, build: F) -> Result<(String
 where
     F: for<'ctx> FnOnce(&'ctx Context, &Module<'ctx>) -> Result<()>,
 {
+    let (ir, asm) = optimize_impl(name, options, build, true)?;
+    Ok((ir, asm.unwrap_or_default()))
+}
+
+/// [`optimize`], and with `assembly` the module written as assembly text too.
+fn optimize_impl<F>(
+    name: &str,
+    options: &JitOptions,
+    build: F,
+    assembly: bool,
+) -> Result<(String, Option<String>)>
+where
+    F: for<'ctx> FnOnce(&'ctx Context, &Module<'ctx>) -> Result<()>,
+{
     let context = Context::create();
     let module = context.create_module(name);
     build(&context, &module)?;
     let (cpu, features) = cpu_and_features(&options.target)?;
     let machine = target_machine(&cpu, &features, options.opt_level)?;
     let ir = prepare(&module, name, options, &machine, &cpu, &features)?;
+    if !assembly {
+        return Ok((ir, None));
+    }
     let buffer = machine
         .write_to_memory_buffer(&module, FileType::Assembly)
         .map_err(|e| LlvmError::Assembly {
             module: name.to_string(),
             message: e.to_string(),
         })?;
-    let asm = String::from_utf8_lossy(buffer.as_slice()).into_owned();
-    Ok((ir, asm))
+    Ok((
+        ir,
+        Some(String::from_utf8_lossy(buffer.as_slice()).into_owned()),
+    ))
 }
 
 fn parse_ir<'ctx>(ctx: &'ctx Context, name: &str, ir: &str) -> Result<Module<'ctx>> {

@@ -588,6 +588,21 @@ fn load_functions(module: &Arc<CudaModule>, entries: &[String]) -> ExecResult<Ve
     Ok(functions)
 }
 
+/// The options the LLVM NVPTX path ([`CudaCodegen::Llvm`]) generates PTX with: libdevice from
+/// beside the ptxas smelt finds (none when there is none: kernels that need it then fail
+/// with an error naming it), the rest the defaults.
+pub fn nvptx_options() -> smelt_codegen::llvm::nvptx::NvptxOptions {
+    use smelt_codegen::llvm::nvptx::{libdevice_beside_ptxas, Libdevice, NvptxOptions};
+    let libdevice = super::ptxas_path()
+        .ok()
+        .and_then(|p| libdevice_beside_ptxas(&p))
+        .and_then(|p| Libdevice::read(&p).ok());
+    NvptxOptions {
+        libdevice,
+        ..NvptxOptions::default()
+    }
+}
+
 /// The LLVM NVPTX path: the kernel steps from `smelt_codegen::llvm::nvptx::ptx_program` (PTX the
 /// driver JIT-compiles; libdevice found beside ptxas when there is one), the fallback GEMMs from
 /// NVRTC in a second module. The plan's kernel launches take the PTX entries' launches.
@@ -598,18 +613,8 @@ fn load_llvm_kernels(
     arch: Arch,
     compile: &CompileOptions,
 ) -> ExecResult<(Vec<Arc<CudaModule>>, Vec<CudaFunction>, String)> {
-    use smelt_codegen::llvm::nvptx::{
-        libdevice_beside_ptxas, ptx_program, Libdevice, NvptxOptions,
-    };
-    let libdevice = super::ptxas_path()
-        .ok()
-        .and_then(|p| libdevice_beside_ptxas(&p))
-        .and_then(|p| Libdevice::read(&p).ok());
-    let options = NvptxOptions {
-        libdevice,
-        ..NvptxOptions::default()
-    };
-    let ptx = ptx_program(program, &arch.to_string(), &options)
+    let options = nvptx_options();
+    let ptx = smelt_codegen::llvm::nvptx::ptx_program(program, &arch.to_string(), &options)
         .map_err(|e| CudaExecError::LlvmPtx(e.to_string()))?;
     let mut generated = ptx.entries.iter();
     for step in plan.steps.iter_mut() {

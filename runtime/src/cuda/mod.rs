@@ -33,8 +33,8 @@ pub use cudarc::driver::{CudaContext, CudaStream};
 pub use driver::{cublas, driver, BoundLibrary, Driver};
 pub use error::{numbered_source, Attempt, CompileFailure, CudaComponent, CudaError, CudaResult};
 pub use exec::{
-    cuda_context, cuda_device, device_copy_bandwidth, CudaCodegen, CudaDeviceInfo, CudaOptions,
-    CudaProgram, DeviceTensor, FAKE_DEVICE_NAME,
+    cuda_context, cuda_device, device_copy_bandwidth, nvptx_options, CudaCodegen, CudaDeviceInfo,
+    CudaOptions, CudaProgram, DeviceTensor, FAKE_DEVICE_NAME,
 };
 pub use exec_error::{CudaExecError, ExecResult};
 pub use nvrtc_lib::{nvrtc, Nvrtc};
