@@ -393,7 +393,8 @@ fn explain(
     if emit.levels.is_empty() {
         return Ok(());
     }
-    let program = smelt::emit::lower(&graph, options)?;
+    // The plan printed above, lowered (what `smelt::emit::lower` would optimise again).
+    let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan)?;
     if let Some(dir) = &emit.dir {
         std::fs::create_dir_all(dir).map_err(|e| smelt::Error::File {
             path: dir.clone(),
