@@ -16,6 +16,20 @@
 //! runs, in one module instead of the runtime's one per core. Every kernel keeps its plan name
 //! (`k0_reduction`, …) as its function or entry name, and the CUDA C has a comment header per
 //! kernel naming the graph ops it came from.
+//!
+//! ```
+//! use smelt::emit::{emit, lower, Emit};
+//! use smelt::{frontend::Tracer, ir::DType, Options};
+//!
+//! let t = Tracer::new();
+//! let x = t.input("x", DType::F32, [4, 8]).unwrap();
+//! t.output("y", &x.softmax(-1).unwrap()).unwrap();
+//! let options = Options::default();
+//! let program = lower(&t.finish().unwrap(), &options).unwrap();
+//! // One fused row kernel, as CUDA C (no GPU or NVRTC needed to print it).
+//! let cuda = emit(&program, &options, Emit::Cuda, "sm_90").unwrap();
+//! assert_eq!(cuda.matches("extern \"C\" __global__").count(), 1);
+//! ```
 
 use crate::{Error, Options, Result};
 use smelt_ir::Graph;
