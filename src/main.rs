@@ -28,7 +28,7 @@ enum Command {
     },
     /// Show what the optimiser does with a .smelt program: simplification, the fusion plan
     /// (each kernel's ops, inputs and outputs), bytes moved fused vs unfused, e-graph sizes and
-    /// stop reasons.
+    /// stop reasons; with --emit, the code generated for every kernel.
     Explain {
         /// The .smelt program (`smelt model NAME > FILE` writes a built-in model).
         file: PathBuf,
