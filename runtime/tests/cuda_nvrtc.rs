@@ -59,6 +59,19 @@ fn nvrtc_reports_version_and_archs() {
         n.supported_archs()
     );
     println!("{n:?} at {:?}", n.location());
+    // scripts/test.sh runs the NVRTC tests once per CUDA release it installs and names the
+    // major version each run must have found, so a probe falling back to the other release
+    // cannot pass unnoticed.
+    if let Some(want) = std::env::var_os("SMELT_EXPECT_NVRTC_MAJOR") {
+        let want = want.to_string_lossy();
+        assert_eq!(
+            major.to_string(),
+            want,
+            "SMELT_EXPECT_NVRTC_MAJOR={want} but NVRTC {} was found: {:?}",
+            n.version_string(),
+            n.location()
+        );
+    }
 }
 
 #[test]

@@ -113,6 +113,61 @@ fn installed_tools_are_found_in_the_tool_dir() {
     }
 }
 
+/// A tool folder laid out as CUDA 13's PyPI wheels install themselves (`nvidia/cu13/{lib,
+/// include,bin}`) is searched as well as CUDA 12's per-wheel folders. The files here are links
+/// to the NVRTC, headers and ptxas this machine has (whatever their release: the probe only
+/// checks that a library opens and exports `nvrtcVersion`, and that the files exist).
+#[test]
+fn cuda13_wheel_layout_is_found_in_a_tool_dir() {
+    let cfg = ProbeConfig::from_env();
+    let (nvrtc_lib, include, ptxas) = match (
+        find_nvrtc(&cfg),
+        find_include_dir(&cfg),
+        find_ptxas(&cfg),
+    ) {
+        (Ok(n), Ok(i), Ok(p)) if n.path.is_absolute() => (n.path, i, p),
+        found => {
+            if std::env::var_os("SMELT_REQUIRE_NVRTC").is_some() {
+                panic!(
+                    "SMELT_REQUIRE_NVRTC is set but the CUDA tools are not all found: {found:?}"
+                );
+            }
+            println!("cuda13_wheel_layout_is_found_in_a_tool_dir: skipped, {found:?}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cu13 = dir.path().join("nvidia/cu13");
+    std::fs::create_dir_all(cu13.join("lib")).unwrap();
+    std::fs::create_dir_all(cu13.join("bin")).unwrap();
+    let link = |from: &std::path::Path, to: PathBuf| std::os::unix::fs::symlink(from, to).unwrap();
+    link(&nvrtc_lib, cu13.join("lib/libnvrtc.so.13"));
+    link(&include, cu13.join("include"));
+    link(&ptxas, cu13.join("bin/ptxas"));
+    let only_here = ProbeConfig {
+        tool_dirs: vec![dir.path().to_path_buf()],
+        system: false,
+        ..ProbeConfig::default()
+    };
+    let loc = find_nvrtc(&only_here).unwrap();
+    assert_eq!(loc.path, cu13.join("lib/libnvrtc.so.13"));
+    assert_eq!(loc.via, FoundVia::ToolDir(dir.path().to_path_buf()));
+    assert_eq!(find_include_dir(&only_here).unwrap(), cu13.join("include"));
+    assert_eq!(find_ptxas(&only_here).unwrap(), cu13.join("bin/ptxas"));
+    // NVRTC found there loads and compiles (the headers beside it are found the same way).
+    let n = Nvrtc::load(&only_here).unwrap();
+    assert!(n.version().0 >= 11, "{n:?}");
+
+    // A folder with both layouts answers with CUDA 12's, for every piece alike.
+    let cu12 = dir.path().join("nvidia/cuda_nvrtc/lib");
+    std::fs::create_dir_all(&cu12).unwrap();
+    link(&nvrtc_lib, cu12.join("libnvrtc.so.12"));
+    assert_eq!(
+        find_nvrtc(&only_here).unwrap().path,
+        cu12.join("libnvrtc.so.12")
+    );
+}
+
 #[test]
 fn missing_driver_is_an_error_not_a_panic() {
     // On a machine without the NVIDIA driver this is NotFound; with one, Ok.

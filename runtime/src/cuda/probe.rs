@@ -9,8 +9,10 @@
 //! 2. the tool folders: `$SMELT_CUDA_HOME`, then a `.cuda/` folder (made by
 //!    `scripts/install-cuda-tools.sh`) in the source checkout smelt was built from, or next to
 //!    an ancestor of the running executable or of the current directory. Inside one the PyPI
-//!    wheel layout is used: `nvidia/cuda_nvrtc/lib`, `nvidia/cuda_runtime/include`,
-//!    `nvidia/cuda_nvcc/bin`, `nvidia/cublas/lib`.
+//!    wheels' layouts are used: CUDA 12's one folder per wheel (`nvidia/cuda_nvrtc/lib`,
+//!    `nvidia/cuda_runtime/include`, `nvidia/cuda_nvcc/bin`, `nvidia/cublas/lib`), then CUDA
+//!    13's shared tree (`nvidia/cu13/lib`, `nvidia/cu13/include`, `nvidia/cu13/bin`), so a
+//!    tool folder may hold either release (see [`WHEEL_LAYOUTS`]).
 //! 3. the system: `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`, then the dynamic loader's own
 //!    search (`LD_LIBRARY_PATH`, `ld.so.cache`) by library name, then `$PATH` for ptxas.
 
@@ -106,12 +108,42 @@ impl ProbeConfig {
     }
 }
 
+/// Where the PyPI wheels put each piece inside a tool folder, in the order searched: CUDA 12's
+/// wheels (`nvidia-cuda-nvrtc-cu12`, …) each have a folder of their own, CUDA 13's
+/// (`nvidia-cuda-nvrtc` 13.x, `nvidia-cuda-runtime`, `nvidia-cuda-nvcc`, `nvidia-nvvm`,
+/// `nvidia-cublas`) share `nvidia/cu13`. The `nvvm/libdevice` folder the LLVM path reads sits
+/// beside `bin/` in both (`../nvvm` from ptxas).
+pub struct WheelLayout {
+    pub nvrtc_lib: &'static str,
+    pub cublas_lib: &'static str,
+    pub include: &'static str,
+    pub ptxas: &'static str,
+}
+
+/// The layouts a tool folder is searched in, CUDA 12's first (what
+/// `scripts/install-cuda-tools.sh` installs into `.cuda/`).
+pub const WHEEL_LAYOUTS: [WheelLayout; 2] = [
+    WheelLayout {
+        nvrtc_lib: "nvidia/cuda_nvrtc/lib",
+        cublas_lib: "nvidia/cublas/lib",
+        include: "nvidia/cuda_runtime/include",
+        ptxas: "nvidia/cuda_nvcc/bin/ptxas",
+    },
+    WheelLayout {
+        nvrtc_lib: "nvidia/cu13/lib",
+        cublas_lib: "nvidia/cu13/lib",
+        include: "nvidia/cu13/include",
+        ptxas: "nvidia/cu13/bin/ptxas",
+    },
+];
+
 /// What each library probe looks for.
 struct LibSpec {
     component: CudaComponent,
     env_var: &'static str,
-    /// Sub-folder of a tool dir holding the library (`None`: no PyPI wheel ships it).
-    wheel_dir: Option<&'static str>,
+    /// The sub-folder of a tool dir holding the library in a wheel layout (`None`: no PyPI
+    /// wheel ships it).
+    wheel_dir: Option<fn(&WheelLayout) -> &'static str>,
     /// Extra system folders, beyond the CUDA roots.
     system_dirs: &'static [&'static str],
     /// File names, most preferred first; also the bare names given to the loader.
@@ -123,7 +155,7 @@ struct LibSpec {
 const NVRTC: LibSpec = LibSpec {
     component: CudaComponent::Nvrtc,
     env_var: "SMELT_NVRTC_LIB",
-    wheel_dir: Some("nvidia/cuda_nvrtc/lib"),
+    wheel_dir: Some(|l| l.nvrtc_lib),
     system_dirs: &[],
     names: &["libnvrtc.so.12", "libnvrtc.so.13", "libnvrtc.so"],
     symbol: "nvrtcVersion",
@@ -146,7 +178,7 @@ const DRIVER: LibSpec = LibSpec {
 const CUBLAS: LibSpec = LibSpec {
     component: CudaComponent::Cublas,
     env_var: "SMELT_CUBLAS_LIB",
-    wheel_dir: Some("nvidia/cublas/lib"),
+    wheel_dir: Some(|l| l.cublas_lib),
     system_dirs: &[],
     names: &["libcublas.so.12", "libcublas.so.13", "libcublas.so"],
     symbol: "cublasCreate_v2",
@@ -209,7 +241,9 @@ fn probe_library(
     let mut dirs: Vec<(PathBuf, FoundVia)> = Vec::new();
     if let Some(wheel_dir) = spec.wheel_dir {
         for dir in &cfg.tool_dirs {
-            dirs.push((dir.join(wheel_dir), FoundVia::ToolDir(dir.clone())));
+            for layout in &WHEEL_LAYOUTS {
+                dirs.push((dir.join(wheel_dir(layout)), FoundVia::ToolDir(dir.clone())));
+            }
         }
     }
     for root in cfg.system_roots() {
@@ -295,7 +329,7 @@ pub fn find_include_dir(cfg: &ProbeConfig) -> CudaResult<PathBuf> {
         cfg.include_dir.as_deref(),
         cfg.tool_dirs
             .iter()
-            .map(|d| d.join("nvidia/cuda_runtime/include")),
+            .flat_map(|d| WHEEL_LAYOUTS.iter().map(|l| d.join(l.include))),
         cfg.system_roots()
             .into_iter()
             .map(|r| r.join("include"))
@@ -316,7 +350,7 @@ pub fn find_ptxas(cfg: &ProbeConfig) -> CudaResult<PathBuf> {
         cfg.ptxas.as_deref(),
         cfg.tool_dirs
             .iter()
-            .map(|d| d.join("nvidia/cuda_nvcc/bin/ptxas")),
+            .flat_map(|d| WHEEL_LAYOUTS.iter().map(|l| d.join(l.ptxas))),
         cfg.system_roots()
             .into_iter()
             .map(|r| r.join("bin/ptxas"))
