@@ -120,22 +120,19 @@ fn installed_tools_are_found_in_the_tool_dir() {
 #[test]
 fn cuda13_wheel_layout_is_found_in_a_tool_dir() {
     let cfg = ProbeConfig::from_env();
-    let (nvrtc_lib, include, ptxas) = match (
-        find_nvrtc(&cfg),
-        find_include_dir(&cfg),
-        find_ptxas(&cfg),
-    ) {
-        (Ok(n), Ok(i), Ok(p)) if n.path.is_absolute() => (n.path, i, p),
-        found => {
-            if std::env::var_os("SMELT_REQUIRE_NVRTC").is_some() {
-                panic!(
+    let (nvrtc_lib, include, ptxas) =
+        match (find_nvrtc(&cfg), find_include_dir(&cfg), find_ptxas(&cfg)) {
+            (Ok(n), Ok(i), Ok(p)) if n.path.is_absolute() => (n.path, i, p),
+            found => {
+                if std::env::var_os("SMELT_REQUIRE_NVRTC").is_some() {
+                    panic!(
                     "SMELT_REQUIRE_NVRTC is set but the CUDA tools are not all found: {found:?}"
                 );
+                }
+                println!("cuda13_wheel_layout_is_found_in_a_tool_dir: skipped, {found:?}");
+                return;
             }
-            println!("cuda13_wheel_layout_is_found_in_a_tool_dir: skipped, {found:?}");
-            return;
-        }
-    };
+        };
     let dir = tempfile::tempdir().unwrap();
     let cu13 = dir.path().join("nvidia/cu13");
     std::fs::create_dir_all(cu13.join("lib")).unwrap();
