@@ -28,9 +28,10 @@ cargo test --workspace --all-features --all-targets "$@" 2>&1 | tee -a "$log"
 if [ "${SMELT_SKIP_CUDA_TOOLS:-0}" != 1 ] && [ "${SMELT_SKIP_CUDA13:-0}" != 1 ]; then
   (
     export SMELT_CUDA_HOME="$PWD/.cuda13" SMELT_EXPECT_NVRTC_MAJOR=13
-    cargo test -p smelt-runtime --all-features --test cuda_nvrtc --test cuda_codegen \
+    # --workspace, as above, so that the test binaries built there are reused.
+    cargo test --workspace --all-features --test cuda_nvrtc --test cuda_codegen \
       --test cuda_ptx_llvm --test cuda_probe "$@"
-    cargo test --all-features --test integration explain_emits_the_generated_code "$@"
+    cargo test --workspace --all-features --test integration explain_emits_the_generated_code "$@"
   ) 2>&1 | tee -a "$log"
 fi
 # The GPU launch path (CudaProgram: driver calls, streams, events, cuBLAS, the kernel cache)
