@@ -28,7 +28,9 @@ cargo test --workspace --all-features --all-targets "$@" 2>&1 | tee -a "$log"
 if [ "${SMELT_SKIP_CUDA_TOOLS:-0}" != 1 ] && [ "${SMELT_SKIP_CUDA13:-0}" != 1 ]; then
   (
     export SMELT_CUDA_HOME="$PWD/.cuda13" SMELT_EXPECT_NVRTC_MAJOR=13
-    # --workspace, as above, so that the test binaries built there are reused.
+    # --workspace, as above: the integration binary built there is reused. The runtime's test
+    # binaries are rebuilt once (about 30 s in CI): without --all-targets, cargo resolves the
+    # features of some shared dependencies differently.
     cargo test --workspace --all-features --test cuda_nvrtc --test cuda_codegen \
       --test cuda_ptx_llvm --test cuda_probe "$@"
     cargo test --workspace --all-features --test integration explain_emits_the_generated_code "$@"
