@@ -989,4 +989,127 @@ mod with_llvm {
             }
         }
     }
+
+    /// Interleaved rows (`JitOptions::interleave_rows`, on by default): a row kernel over short
+    /// rows in cache computes two rows stage by stage, its body written out twice, and every
+    /// row comes out the same bits as with one row at a time, at every chunking of the outer
+    /// range (chunks that start or end inside a pair, odd counts whose last pair is one row
+    /// twice). The values are checked against one row at a time, which the end-to-end and fuzz
+    /// tests check against the reference interpreter.
+    #[test]
+    fn interleaved_rows_give_the_same_bits_at_every_chunking() {
+        use smelt_codegen::llvm::kernel::interleaves;
+        assert!(JitOptions::default().interleave_rows);
+        let off = JitOptions {
+            interleave_rows: false,
+            ..JitOptions::default()
+        };
+        let vector_loads = |c: &CompiledKernels| {
+            let f = function_ir(c.module.optimized_ir(), &format!("@{}(", c.entries[0]));
+            f.lines().filter(|l| l.contains(" = load <")).count()
+        };
+        for (name, build) in row_builds() {
+            for (rows, cols) in [(7, 128), (6, 64), (5, 203), (9, 24), (1, 128), (3, 256)] {
+                let what = format!("{name} {rows}x{cols}");
+                let program = row_program(build, rows, cols);
+                let ks: Vec<&Kernel> = program.kernels().collect();
+                assert_eq!(ks.len(), 1, "{what}: one fused kernel");
+                let k = ks[0];
+                assert!(interleaves(k, &program.buffers), "{what}: not interleaved");
+                let on = compile_program_kernels(&ks, &program.buffers, &JitOptions::default());
+                let alone = compile_program_kernels(&ks, &program.buffers, &off);
+                let (on, alone) = (on.unwrap(), alone.unwrap());
+                let (two, one) = (vector_loads(&on), vector_loads(&alone));
+                // Both rows' loads are written out: more vector loads than one row's. (Not
+                // twice as many: LLVM may merge or re-stage a short row's loads differently,
+                // e.g. layer_norm over 24 columns has 10 against 6.)
+                assert!(
+                    one > 0 && two > one,
+                    "{what}: {two} vector loads against {one}"
+                );
+                let extent = kernel_extent(k).unwrap();
+                let out = k.writes[0].0 as usize;
+                let outputs = |c: &CompiledKernels, chunk: i64| {
+                    let mut bufs = Buffers::new(&program.buffers);
+                    for &id in &k.reads {
+                        let decl = &program.buffers[id.0 as usize];
+                        let data: Vec<f32> = match &decl.kind {
+                            BufferKind::Constant(t) => t.to_f32_vec(),
+                            _ => (0..decl.numel)
+                                .map(|i| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 3.0)
+                                .collect(),
+                        };
+                        bufs.set(id.0 as usize, &data);
+                    }
+                    assert_eq!(run(c, 0, k, &mut bufs, chunk), 0, "{what}");
+                    assert!(bufs.red_zones_intact(), "{what}: wrote past a buffer");
+                    bufs.get::<f32>(out)
+                };
+                let want = outputs(&alone, extent);
+                assert!(want.iter().all(|v| v.is_finite()), "{what}");
+                for chunk in [1, 2, 3, 5, extent] {
+                    let got = outputs(&on, chunk);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{what}, chunks of {chunk}: a value differs");
+                }
+            }
+        }
+    }
+
+    /// Which kernels interleave their rows: row kernels whose rows are at most 256 elements
+    /// and which move at most 4 MiB in all (longer rows and larger arrays measured no faster
+    /// or slower), and none that reads a buffer it writes (an odd count's last pair computes
+    /// its row twice). Elementwise kernels have no chain of passes to overlap.
+    #[test]
+    fn which_kernels_interleave_their_rows() {
+        use smelt_codegen::llvm::kernel::interleaves;
+        let softmax = row_builds()[1].1;
+        for (rows, cols, want) in [(4, 256, true), (4, 257, false), (4, 768, false)] {
+            let program = row_program(softmax, rows, cols);
+            let k = program.kernels().next().unwrap();
+            assert_eq!(interleaves(k, &program.buffers), want, "{rows}x{cols}");
+        }
+        // 4 MiB in and out: 8 MiB in all.
+        let program = row_program(softmax, 8192, 128);
+        let k = program.kernels().next().unwrap();
+        assert!(!interleaves(k, &program.buffers));
+        // In place: x[i, j] -= max_j x[i, j].
+        let (rows, cols) = (6, 64);
+        let mut b1 = Body::default();
+        let x = b1.load(DType::F32, 0, 0, &[cols as i64, 1]);
+        let max = ValueId(b1.next);
+        let reduce = Stage {
+            inner: vec![cols],
+            body: b1.insts,
+            effect: StageEffect::Reduce {
+                value: x,
+                combiner: Combiner::Max,
+                acc: DType::F32,
+                result: max,
+            },
+        };
+        let mut b2 = Body {
+            next: max.0 + 1,
+            ..Body::default()
+        };
+        let x2 = b2.load(DType::F32, 0, 0, &[cols as i64, 1]);
+        let d = b2.push(Ty::Data(DType::F32), InstOp::Binary(BinaryOp::Sub, x2, max));
+        let store = store_stage(vec![cols], b2, vec![(0, affine(0, &[cols as i64, 1]), d)]);
+        let decls = vec![buf(0, DType::F32, rows * cols)];
+        let in_place = kernel("k_sub_max", &[0], &[0], &[rows], vec![reduce, store]);
+        assert!(!interleaves(&in_place, &decls));
+        // The same into another buffer interleaves; an elementwise kernel does not.
+        let mut into = in_place.clone();
+        into.writes = vec![BufferId(1)];
+        if let StageEffect::Store(st) = &mut into.stages[1].effect {
+            st[0].buffer = BufferId(1);
+        }
+        let decls2 = vec![decls[0].clone(), buf(1, DType::F32, rows * cols)];
+        assert!(interleaves(&into, &decls2));
+        let (ew, ew_decls) = add_mul_exp(rows, cols);
+        assert!(!interleaves(&ew, &ew_decls));
+    }
 }

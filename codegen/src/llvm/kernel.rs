@@ -20,7 +20,7 @@
 //! alias checks. The body walks the flat range row by row: the outer dims but the last are
 //! decomposed from the row number once per row (division by constants), the last outer dim is a
 //! counted loop (the loop that vectorises for elementwise kernels), and inside one outer index
-//! each [`Stage`](smelt_passes::kernel::Stage) runs its own sequential loop nest over its inner
+//! each [`Stage`] runs its own sequential loop nest over its inner
 //! dims: a reduction into accumulators (promoted to registers), or stores.
 //!
 //! What makes the hot loops fast: long float reductions are split into 16 lanes in a fixed
@@ -31,7 +31,9 @@
 //! default (`poly`; on AVX-512 their `2^q` is a call whose vector variants, `vscalefps`, are
 //! inlined after vectorising, `scalef`), or the C library's algorithms bit for bit with
 //! [`MathMode::Libm`] (`math`); a value a store stage would recompute from an earlier reduction stage (softmax's
-//! `exp(x - max)`) is kept per element in a stack buffer instead (`reuse`).
+//! `exp(x - max)`) is kept per element in a stack buffer instead (`reuse`); a row kernel over
+//! short rows in cache computes two rows stage by stage, so that their chains of dependent
+//! passes overlap (`interleave`).
 //!
 //! # Values
 //!
@@ -52,6 +54,7 @@
 
 mod access;
 mod convert;
+mod interleave;
 mod math;
 mod poly;
 mod prefetch;
@@ -60,6 +63,8 @@ mod reuse;
 mod scalar;
 mod scalef;
 mod stream;
+
+pub use interleave::{interleaves, INTERLEAVE_MAX_BYTES, INTERLEAVE_MAX_ROW};
 
 use access::check_affine_bounds;
 pub(crate) use prefetch::insert_prefetches;
@@ -81,7 +86,8 @@ use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 use smelt_ir::DType;
 use smelt_passes::kernel::{
-    Access, BufferDecl, BufferId, IndexWidth, Inst, Kernel, Program, StageEffect, Ty, ValueId,
+    Access, BufferDecl, BufferId, IndexWidth, Inst, Kernel, Program, Stage, StageEffect, Ty,
+    ValueId,
 };
 use std::collections::HashMap;
 
@@ -246,17 +252,21 @@ pub struct KernelOptions {
     /// The AVX-512 `vscalefps` forms the polynomials may use (see `scalef`); `Generic` for
     /// other targets.
     pub scalef: Scalef,
+    /// Row kernels compute two rows at a time, stage by stage (see `interleaved_points`).
+    pub interleave_rows: bool,
 }
 
 impl KernelOptions {
     /// The options a JIT compilation under `options` builds its kernels with: its math mode
-    /// and streaming threshold, and the `vscalefps` forms of its target CPU.
+    /// and streaming threshold, whether row kernels interleave rows, and the `vscalefps`
+    /// forms of its target CPU.
     pub fn for_jit(options: &JitOptions) -> Result<KernelOptions> {
         let (_, features) = cpu_and_features(&options.target)?;
         Ok(KernelOptions {
             math: options.math,
             nontemporal_min_bytes: options.nontemporal_min_bytes,
             scalef: Scalef::for_features(&features),
+            interleave_rows: options.interleave_rows,
         })
     }
 }
@@ -376,10 +386,30 @@ pub fn build_kernel<'ctx>(
         scalef: options.scalef,
         streaming,
         aligned: None,
+        interleave: options.interleave_rows && interleave::interleaves(kernel, buffers),
     };
-    // Per-element scratch of values kept across stages (see `reuse`), in the entry block.
+    // Per-element scratch of values kept across stages (see `reuse`), in the entry block:
+    // one row's, or two rows' when they are interleaved.
+    (em.stash, em.reuse) = keep_scratch(&em, if em.interleave { 2 } else { 1 })?;
+    let start = param(body_fn, n + 1)?.into_int_value();
+    let end = param(body_fn, n + 2)?.into_int_value();
+    em.outer_loops(start, end)?;
+    em.b.build_return(None)?;
+    Ok(())
+}
+
+/// Scratch maps of the values kept across stages (see `reuse`): stash and reuse.
+type KeepMaps<'ctx> = (
+    HashMap<ValueId, PointerValue<'ctx>>,
+    HashMap<ValueId, PointerValue<'ctx>>,
+);
+
+/// The kept values' scratch arrays, allocated at the builder (the entry block): `[n x T]`
+/// per value, or `[rows x [n x T]]` for `rows > 1` (interleaved rows, see `interleave`).
+fn keep_scratch<'ctx>(em: &Emitter<'_, 'ctx>, rows: u32) -> Result<KeepMaps<'ctx>> {
+    let (mut stash, mut reuse) = (HashMap::new(), HashMap::new());
     let mut scratch: HashMap<ValueId, PointerValue> = HashMap::new();
-    for kept in reuse::plan(kernel) {
+    for kept in reuse::plan(em.kernel) {
         let ty = em.compute_type(kept.ty);
         let p = match scratch.get(&kept.from) {
             Some(&p) => p,
@@ -388,19 +418,19 @@ pub fn build_kernel<'ctx>(
                     BasicTypeEnum::FloatType(t) => t.array_type(kept.n as u32),
                     _ => return Err(em.err("a kept value that is not a float")),
                 };
+                let arr: BasicTypeEnum = match rows {
+                    1 => arr.into(),
+                    _ => arr.array_type(rows).into(),
+                };
                 let p = em.b.build_alloca(arr, "keep")?;
                 scratch.insert(kept.from, p);
                 p
             }
         };
-        em.stash.insert(kept.from, p);
-        em.reuse.insert(kept.to, p);
+        stash.insert(kept.from, p);
+        reuse.insert(kept.to, p);
     }
-    let start = param(body_fn, n + 1)?.into_int_value();
-    let end = param(body_fn, n + 2)?.into_int_value();
-    em.outer_loops(start, end)?;
-    em.b.build_return(None)?;
-    Ok(())
+    Ok((stash, reuse))
 }
 
 /// How a dtype is stored in memory: bool as `i8` (0 or 1), f16 as `half`, bf16 as `i16` bits.
@@ -472,6 +502,8 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub streaming: bool,
     /// Inside such a loop's aligned part: the store addressed from the aligned pointer.
     aligned: Option<AlignedStore<'ctx>>,
+    /// Whether the last outer dim's points are computed two at a time (see `interleave`).
+    pub interleave: bool,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
@@ -543,6 +575,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 em.b.build_int_compare(IntPredicate::SGT, hi, d_last, "over")?;
             let hi = em.b.build_select(over, d_last, hi, "j1")?.into_int_value();
             em.vars.clone_from(&prefix);
+            if em.interleave {
+                return em.interleaved_points(lo, hi, &prefix);
+            }
             let target = elementwise
                 .then(|| contiguous_store(&em.kernel.stages, outer.len() - 1))
                 .flatten();
@@ -557,47 +592,54 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// One outer index: every stage in order.
     fn point(&mut self) -> Result<()> {
         let outer_vars = self.vars.clone();
-        for stage in &self.kernel.stages {
-            self.vars.clone_from(&outer_vars);
-            match &stage.effect {
-                StageEffect::Reduce {
-                    value,
-                    combiner,
-                    acc,
-                    result,
-                } => {
-                    let (body, inner) = (&stage.body, &stage.inner);
-                    let (c, a, v) = (*combiner, *acc, *value);
-                    let r = if Self::split_reduction(c, a, inner) {
-                        self.reduce_split(body, inner[0], c, a, v)?
-                    } else if Self::staged_reduction(c, a, inner, body) {
-                        self.reduce_staged(body, inner[0], c, a, v)?
-                    } else {
-                        let red = self.reduce_begin(c, a, body, v)?;
-                        self.reduce_nan_rule_last(&red, &mut |em, red| {
-                            em.loop_nest(inner, None, &mut |em| {
-                                em.body(body)?;
-                                em.reduce_step(red)
-                            })
-                        })?;
-                        self.reduce_end(&red)?
-                    };
-                    self.values.insert(*result, r);
-                }
-                StageEffect::Store(stores) => {
-                    let innermost = outer_vars.len() + stage.inner.len();
-                    let target = (self.streaming && !stage.inner.is_empty())
-                        .then(|| contiguous_store([stage], innermost - 1))
-                        .flatten();
-                    self.loop_nest(&stage.inner, target, &mut |em| {
-                        em.body(&stage.body)?;
-                        for st in stores {
-                            let v = em.value(st.value)?;
-                            em.store(st.buffer, &st.access, v)?;
-                        }
-                        Ok(())
+        let kernel = self.kernel;
+        for stage in &kernel.stages {
+            self.stage(stage, &outer_vars)?;
+        }
+        Ok(())
+    }
+
+    /// One stage at the outer index `outer_vars`.
+    pub(crate) fn stage(&mut self, stage: &Stage, outer_vars: &[IntValue<'ctx>]) -> Result<()> {
+        self.vars = outer_vars.to_vec();
+        match &stage.effect {
+            StageEffect::Reduce {
+                value,
+                combiner,
+                acc,
+                result,
+            } => {
+                let (body, inner) = (&stage.body, &stage.inner);
+                let (c, a, v) = (*combiner, *acc, *value);
+                let r = if Self::split_reduction(c, a, inner) {
+                    self.reduce_split(body, inner[0], c, a, v)?
+                } else if Self::staged_reduction(c, a, inner, body) {
+                    self.reduce_staged(body, inner[0], c, a, v)?
+                } else {
+                    let red = self.reduce_begin(c, a, body, v)?;
+                    self.reduce_nan_rule_last(&red, &mut |em, red| {
+                        em.loop_nest(inner, None, &mut |em| {
+                            em.body(body)?;
+                            em.reduce_step(red)
+                        })
                     })?;
-                }
+                    self.reduce_end(&red)?
+                };
+                self.values.insert(*result, r);
+            }
+            StageEffect::Store(stores) => {
+                let innermost = outer_vars.len() + stage.inner.len();
+                let target = (self.streaming && !stage.inner.is_empty())
+                    .then(|| contiguous_store([stage], innermost - 1))
+                    .flatten();
+                self.loop_nest(&stage.inner, target, &mut |em| {
+                    em.body(&stage.body)?;
+                    for st in stores {
+                        let v = em.value(st.value)?;
+                        em.store(st.buffer, &st.access, v)?;
+                    }
+                    Ok(())
+                })?;
             }
         }
         Ok(())

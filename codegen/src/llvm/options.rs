@@ -94,6 +94,12 @@ pub struct JitOptions {
     /// arithmetic of kernels that compute much per element. Values are unchanged either
     /// way. `None`: no software prefetch. Default: `Some(`[`PREFETCH_BYTES`]`)`.
     pub prefetch_bytes: Option<u32>,
+    /// Row kernels (those with a reduction stage) compute two points of their last outer dim
+    /// at a time, stage by stage: the first row's max, the second's, the first row's sum,
+    /// the second's, and so on, so that the two rows' chains of dependent passes overlap
+    /// (`Emitter::interleaved_points` in `kernel.rs`). Each row is computed exactly as
+    /// alone, so values are unchanged, bit for bit. Default: on.
+    pub interleave_rows: bool,
 }
 
 impl Default for JitOptions {
@@ -104,6 +110,7 @@ impl Default for JitOptions {
             math: MathMode::default(),
             nontemporal_min_bytes: None,
             prefetch_bytes: Some(PREFETCH_BYTES),
+            interleave_rows: true,
         }
     }
 }
@@ -123,9 +130,13 @@ impl fmt::Display for JitOptions {
             None => write!(f, " nontemporal=off")?,
         }
         match self.prefetch_bytes {
-            Some(n) => write!(f, " prefetch={n}"),
-            None => write!(f, " prefetch=off"),
+            Some(n) => write!(f, " prefetch={n}")?,
+            None => write!(f, " prefetch=off")?,
         }
+        if !self.interleave_rows {
+            write!(f, " interleave=off")?;
+        }
+        Ok(())
     }
 }
 
