@@ -108,6 +108,10 @@ pub struct Options {
     /// on the machine it was measured on it helped some kernels and slowed others
     /// (BENCHMARKS.md); values are the same either way.
     pub streaming_stores: bool,
+    /// On the CPU: row kernels (softmax, layer_norm, …) compute one row at a time instead of
+    /// two interleaved ([`smelt_codegen::llvm::JitOptions::interleave_rows`], on by default,
+    /// which overlaps the dependent passes of short rows). Values are the same either way.
+    pub no_interleave_rows: bool,
 }
 
 impl Options {
@@ -133,6 +137,7 @@ impl Options {
             nontemporal_min_bytes: self
                 .streaming_stores
                 .then_some(smelt_codegen::llvm::NONTEMPORAL_MIN_BYTES),
+            interleave_rows: !self.no_interleave_rows,
             ..defaults
         }
     }

@@ -143,10 +143,14 @@ enum Command {
         /// (non-temporal) stores, which skip reading each line before writing it.
         #[arg(long)]
         streaming_stores: bool,
+        /// CPU row kernels (softmax, layer_norm, …) one row at a time instead of two rows
+        /// interleaved, to measure what interleaving buys.
+        #[arg(long)]
+        no_interleave_rows: bool,
         /// Instead of fused vs unfused: each case's fused plan as the other flags say (A)
         /// against the same with KNOB flipped (B), called alternately in one process, with
         /// A/B and whether their outputs have the same bits. KNOB: streaming-stores,
-        /// prefetch, libm-math or fast-math.
+        /// prefetch, libm-math, fast-math or interleave-rows.
         #[arg(long, value_name = "KNOB", value_parser = |s: &str| s.parse::<smelt::bench::compare::Knob>())]
         compare: Option<smelt::bench::compare::Knob>,
     },
@@ -233,6 +237,7 @@ fn main() -> ExitCode {
             libm_math,
             no_prefetch,
             streaming_stores,
+            no_interleave_rows,
             compare,
         } => {
             let stream = match (no_stream, stream_bytes) {
@@ -254,6 +259,7 @@ fn main() -> ExitCode {
                     math: math_mode(libm_math),
                     no_prefetch,
                     streaming_stores,
+                    no_interleave_rows,
                     compare,
                 },
                 json.as_deref(),

@@ -24,15 +24,18 @@ pub enum Knob {
     LibmMath,
     /// [`Options::fast_math`]: rewrites that may change rounding.
     FastMath,
+    /// Row kernels two rows at a time ([`Options::no_interleave_rows`]).
+    InterleaveRows,
 }
 
 impl Knob {
     /// Every knob, in the order the CLI lists them.
-    pub const ALL: [Knob; 4] = [
+    pub const ALL: [Knob; 5] = [
         Knob::StreamingStores,
         Knob::Prefetch,
         Knob::LibmMath,
         Knob::FastMath,
+        Knob::InterleaveRows,
     ];
 
     /// Whether the knob changes only how CPU kernels are generated (no effect on a GPU).
@@ -53,6 +56,7 @@ impl Knob {
                 }
             }
             Knob::FastMath => o.fast_math = !o.fast_math,
+            Knob::InterleaveRows => o.no_interleave_rows = !o.no_interleave_rows,
         }
         o
     }
@@ -69,6 +73,8 @@ impl Knob {
             Knob::LibmMath => format!("{} math", options.math),
             Knob::FastMath if options.fast_math => "fast-math".into(),
             Knob::FastMath => "strict math".into(),
+            Knob::InterleaveRows if options.no_interleave_rows => "one row at a time".into(),
+            Knob::InterleaveRows => "two rows interleaved".into(),
         }
     }
 }
@@ -80,6 +86,7 @@ impl fmt::Display for Knob {
             Knob::Prefetch => "prefetch",
             Knob::LibmMath => "libm-math",
             Knob::FastMath => "fast-math",
+            Knob::InterleaveRows => "interleave-rows",
         })
     }
 }

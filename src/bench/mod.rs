@@ -49,6 +49,9 @@ pub struct BenchOptions {
     /// CPU kernels writing large outputs use streaming stores (`--streaming-stores`; see
     /// [`crate::Options::streaming_stores`]).
     pub streaming_stores: bool,
+    /// CPU row kernels one row at a time (`--no-interleave-rows`; see
+    /// [`crate::Options::no_interleave_rows`]).
+    pub no_interleave_rows: bool,
     /// `--compare KNOB`: instead of fused against unfused, the fused plan as the options
     /// above say (A) against the same with `KNOB` flipped (B); see [`compare`].
     pub compare: Option<compare::Knob>,
@@ -98,6 +101,9 @@ pub struct Report {
     /// CPU kernels whose outputs are all at least this many bytes use streaming stores;
     /// `None`: none do (the default).
     pub streaming_stores_min_bytes: Option<u64>,
+    /// Whether CPU row kernels compute two rows interleaved (the default) or one at a time
+    /// (`--no-interleave-rows`).
+    pub interleave_rows: bool,
     pub min_time_ms: f64,
     pub min_iters: usize,
     pub stream: Option<StreamReport>,
@@ -198,6 +204,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         math: opts.math,
         no_prefetch: opts.no_prefetch,
         streaming_stores: opts.streaming_stores,
+        no_interleave_rows: opts.no_interleave_rows,
         ..crate::Options::default()
     };
     let n = selected.len();
@@ -270,6 +277,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         math: opts.math.to_string(),
         prefetch_bytes: jit.prefetch_bytes,
         streaming_stores_min_bytes: jit.nontemporal_min_bytes,
+        interleave_rows: jit.interleave_rows,
         min_time_ms: budget.min_time.as_secs_f64() * 1e3,
         min_iters: budget.min_iters,
         stream,

@@ -34,11 +34,16 @@ pub fn tables(r: &Report) -> String {
     }
     let _ = writeln!(
         s,
-        "cpu kernels' f32 exp/tanh/erf: {}; software prefetch: {}",
+        "cpu kernels' f32 exp/tanh/erf: {}; software prefetch: {}; row kernels: {}",
         r.math,
         match r.prefetch_bytes {
             Some(n) => format!("{n} bytes ahead"),
             None => "off".to_string(),
+        },
+        if r.interleave_rows {
+            "two rows interleaved"
+        } else {
+            "one row at a time"
         }
     );
     if let Some(n) = r.streaming_stores_min_bytes {
