@@ -94,8 +94,8 @@ pub struct JitOptions {
     /// arithmetic of kernels that compute much per element. Values are unchanged either
     /// way. `None`: no software prefetch. Default: `Some(`[`PREFETCH_BYTES`]`)`.
     pub prefetch_bytes: Option<u32>,
-    /// Row kernels (those with a reduction stage) compute two points of their last outer dim
-    /// at a time, stage by stage: the first row's max, the second's, the first row's sum,
+    /// Row kernels over short rows in cache (which: `kernel::interleaves`) compute two
+    /// points of their last outer dim at a time, stage by stage: the first row's max, the second's, the first row's sum,
     /// the second's, and so on, so that the two rows' chains of dependent passes overlap
     /// (`Emitter::interleaved_points` in `kernel.rs`). Each row is computed exactly as
     /// alone, so values are unchanged, bit for bit. Default: on.
