@@ -398,15 +398,13 @@ pub fn build_kernel<'ctx>(
     Ok(())
 }
 
-/// Scratch maps of the values kept across stages (see `reuse`): stash and reuse.
-type KeepMaps<'ctx> = (
-    HashMap<ValueId, PointerValue<'ctx>>,
-    HashMap<ValueId, PointerValue<'ctx>>,
-);
+/// Values kept across stages (see `reuse`): value → its scratch array.
+type Kept<'ctx> = HashMap<ValueId, PointerValue<'ctx>>;
 
-/// The kept values' scratch arrays, allocated at the builder (the entry block): `[n x T]`
-/// per value, or `[rows x [n x T]]` for `rows > 1` (interleaved rows, see `interleave`).
-fn keep_scratch<'ctx>(em: &Emitter<'_, 'ctx>, rows: u32) -> Result<KeepMaps<'ctx>> {
+/// The kept values' scratch arrays (stash, reuse), allocated at the builder (the entry
+/// block): `[n x T]` per value, or `[rows x [n x T]]` for `rows > 1` (interleaved rows, see
+/// `interleave`).
+fn keep_scratch<'ctx>(em: &Emitter<'_, 'ctx>, rows: u32) -> Result<(Kept<'ctx>, Kept<'ctx>)> {
     let (mut stash, mut reuse) = (HashMap::new(), HashMap::new());
     let mut scratch: HashMap<ValueId, PointerValue> = HashMap::new();
     for kept in reuse::plan(em.kernel) {
@@ -491,9 +489,9 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub vars: Vec<IntValue<'ctx>>,
     /// Values a reduction stage stores per element for a later store stage (see `reuse`):
     /// value → scratch array indexed by the stage's one inner loop variable.
-    pub stash: HashMap<ValueId, PointerValue<'ctx>>,
+    pub stash: Kept<'ctx>,
     /// Values a store stage loads from that scratch instead of computing them.
-    pub reuse: HashMap<ValueId, PointerValue<'ctx>>,
+    pub reuse: Kept<'ctx>,
     /// How f32 `exp`, `tanh` and `erf` are computed.
     pub math: MathMode,
     /// The AVX-512 `vscalefps` forms `exp`'s `2^q` may use (see `scalef`).

@@ -15,9 +15,9 @@
 //! for it, in the same order, so the results are the same bits; `JitOptions::interleave_rows`
 //! turns it off.
 
-use super::{Emitter, Val};
+use super::{Emitter, Kept, Val};
 use crate::llvm::error::Result;
-use inkwell::values::{IntValue, PointerValue};
+use inkwell::values::IntValue;
 use inkwell::IntPredicate;
 use smelt_passes::kernel::{BufferDecl, Kernel, StageEffect, ValueId};
 use std::collections::HashMap;
@@ -91,7 +91,8 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         for (k, j) in rows.into_iter().enumerate() {
             let mut outer = prefix.to_vec();
             outer.push(j);
-            let at = |m: &HashMap<ValueId, PointerValue<'ctx>>| -> Result<KeptRow<'ctx>> {
+            // Each kept value's row `k` of its `[2 x [n x T]]` array.
+            let at = |m: &Kept<'ctx>| -> Result<Kept<'ctx>> {
                 m.iter()
                     .map(|(&id, &arr)| {
                         let idx = [i64t.const_zero(), i64t.const_int(k as u64, false)];
@@ -129,14 +130,12 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     }
 }
 
-/// One row's kept values: value → its `[n x T]` row of the scratch.
-type KeptRow<'ctx> = HashMap<ValueId, PointerValue<'ctx>>;
-
 /// One row of an interleaved pair while its stages are emitted.
 struct Row<'ctx> {
     /// The outer loop variables, the row's last.
     outer: Vec<IntValue<'ctx>>,
     values: HashMap<ValueId, Val<'ctx>>,
-    stash: KeptRow<'ctx>,
-    reuse: KeptRow<'ctx>,
+    /// Its kept values' rows of the scratch (`[n x T]` each).
+    stash: Kept<'ctx>,
+    reuse: Kept<'ctx>,
 }
