@@ -695,10 +695,7 @@ mod with_llvm {
                 assert_eq!(status, 0);
                 // SAFETY: `out` holds `n` f32s.
                 let got = unsafe { std::slice::from_raw_parts(out.data, n) };
-                let same = got
-                    .iter()
-                    .zip(&want)
-                    .all(|(g, w)| g.to_bits() == w.to_bits());
+                let same = same_bits(got, &want);
                 assert!(same, "kernel {k}, prefetch {what}: values differ");
             }
         }
@@ -772,10 +769,7 @@ mod with_llvm {
                         }
                         assert_eq!(status, 0);
                         let got = &out[GUARD - shift..GUARD - shift + n];
-                        let same = got
-                            .iter()
-                            .zip(&want)
-                            .all(|(g, w)| g.to_bits() == w.to_bits());
+                        let same = same_bits(got, &want);
                         assert!(same, "kernel {k}, shift {shift}, chunk {chunk}");
                         let (before, after) = (&out[..GUARD - shift], &out[GUARD - shift + n..]);
                         assert!(
@@ -827,6 +821,22 @@ mod with_llvm {
         let graph = t.finish().unwrap();
         let o = smelt_passes::optimize(&graph, &Default::default()).unwrap();
         lower(&o.graph, &o.plan).unwrap()
+    }
+
+    /// A row program's input data: a constant's own values, generated values in [-3, 3) for
+    /// the rest.
+    fn row_input(decl: &BufferDecl) -> Vec<f32> {
+        match &decl.kind {
+            BufferKind::Constant(t) => t.to_f32_vec(),
+            _ => (0..decl.numel)
+                .map(|i| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 3.0)
+                .collect(),
+        }
+    }
+
+    /// Whether two f32 slices hold the same bits, element for element.
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
     }
 
     /// `program_listing` (what `smelt explain --emit llvm-ir|asm` prints) is the code the JIT
@@ -951,16 +961,7 @@ mod with_llvm {
                 // kernel's parameter order: reads, the write, the status word.
                 let k = ks[0];
                 let decl = |id: BufferId| &program.buffers[id.0 as usize];
-                let reads: Vec<Vec<f32>> = k
-                    .reads
-                    .iter()
-                    .map(|&id| match &decl(id).kind {
-                        BufferKind::Constant(t) => t.to_f32_vec(),
-                        _ => (0..decl(id).numel)
-                            .map(|i| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 3.0)
-                            .collect(),
-                    })
-                    .collect();
+                let reads: Vec<Vec<f32>> = k.reads.iter().map(|&id| row_input(decl(id))).collect();
                 let outs: Vec<Vec<f32>> = [&streaming, &plain]
                     .iter()
                     .map(|c| {
@@ -980,10 +981,7 @@ mod with_llvm {
                         out
                     })
                     .collect();
-                let same = outs[0]
-                    .iter()
-                    .zip(&outs[1])
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                let same = same_bits(&outs[0], &outs[1]);
                 assert!(same, "{name} {rows}x{cols}: streaming changed a value");
                 assert!(outs[0].iter().all(|v| v.is_finite()));
             }
@@ -1032,13 +1030,7 @@ mod with_llvm {
                 let outputs = |c: &CompiledKernels, chunk: i64| {
                     let mut bufs = Buffers::new(&program.buffers);
                     for &id in &k.reads {
-                        let decl = &program.buffers[id.0 as usize];
-                        let data: Vec<f32> = match &decl.kind {
-                            BufferKind::Constant(t) => t.to_f32_vec(),
-                            _ => (0..decl.numel)
-                                .map(|i| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 3.0)
-                                .collect(),
-                        };
+                        let data = row_input(&program.buffers[id.0 as usize]);
                         bufs.set(id.0 as usize, &data);
                     }
                     assert_eq!(run(c, 0, k, &mut bufs, chunk), 0, "{what}");
@@ -1048,11 +1040,7 @@ mod with_llvm {
                 let want = outputs(&alone, extent);
                 assert!(want.iter().all(|v| v.is_finite()), "{what}");
                 for chunk in [1, 2, 3, 5, extent] {
-                    let got = outputs(&on, chunk);
-                    let same = got
-                        .iter()
-                        .zip(&want)
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    let same = same_bits(&outputs(&on, chunk), &want);
                     assert!(same, "{what}, chunks of {chunk}: a value differs");
                 }
             }
