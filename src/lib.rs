@@ -112,6 +112,11 @@ pub struct Options {
     /// two interleaved ([`smelt_codegen::llvm::JitOptions::interleave_rows`], on by default,
     /// which overlaps the dependent passes of short rows). Values are the same either way.
     pub no_interleave_rows: bool,
+    /// On the CPU: store loops as the loop vectoriser would make them, instead of four
+    /// vectors computed side by side per iteration
+    /// ([`smelt_codegen::llvm::JitOptions::interleave_vectors`], which keeps the vector
+    /// units busy through long bodies such as `tanh`'s). Values are the same either way.
+    pub no_interleave_vectors: bool,
 }
 
 impl Options {
@@ -138,6 +143,11 @@ impl Options {
                 .streaming_stores
                 .then_some(smelt_codegen::llvm::NONTEMPORAL_MIN_BYTES),
             interleave_rows: !self.no_interleave_rows,
+            interleave_vectors: if self.no_interleave_vectors {
+                None
+            } else {
+                defaults.interleave_vectors
+            },
             ..defaults
         }
     }

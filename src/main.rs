@@ -147,10 +147,14 @@ enum Command {
         /// interleaved, to measure what interleaving buys.
         #[arg(long)]
         no_interleave_rows: bool,
+        /// CPU store loops as LLVM's loop vectoriser makes them instead of four vectors
+        /// computed side by side per iteration, to measure what interleaving them buys.
+        #[arg(long)]
+        no_interleave_vectors: bool,
         /// Instead of fused vs unfused: each case's fused plan as the other flags say (A)
         /// against the same with KNOB flipped (B), called alternately in one process, with
         /// A/B and whether their outputs have the same bits. KNOB: streaming-stores,
-        /// prefetch, libm-math, fast-math or interleave-rows.
+        /// prefetch, libm-math, fast-math, interleave-rows or interleave-vectors.
         #[arg(long, value_name = "KNOB", value_parser = |s: &str| s.parse::<smelt::bench::compare::Knob>())]
         compare: Option<smelt::bench::compare::Knob>,
     },
@@ -238,6 +242,7 @@ fn main() -> ExitCode {
             no_prefetch,
             streaming_stores,
             no_interleave_rows,
+            no_interleave_vectors,
             compare,
         } => {
             let stream = match (no_stream, stream_bytes) {
@@ -260,6 +265,7 @@ fn main() -> ExitCode {
                     no_prefetch,
                     streaming_stores,
                     no_interleave_rows,
+                    no_interleave_vectors,
                     compare,
                 },
                 json.as_deref(),

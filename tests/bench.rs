@@ -195,6 +195,11 @@ fn cli_writes_json_and_chart() {
     }
     assert_eq!(report["math"], "polynomial");
     assert_eq!(report["prefetch_bytes"], 2048);
+    assert_eq!(report["interleave_vectors"], 4);
+    assert!(
+        stdout.contains("store loops: 4 vectors per iteration"),
+        "{stdout}"
+    );
     assert!(report["streaming_stores_min_bytes"].is_null(), "{report}");
     assert!(!stdout.contains("streaming stores"), "{stdout}");
     assert!(
@@ -256,8 +261,8 @@ fn cli_writes_json_and_chart() {
     assert!(svg.contains("softmax-65536x768"));
 }
 
-/// `--libm-math`, `--no-prefetch` and `--streaming-stores` are recorded in the output and
-/// the JSON.
+/// `--libm-math`, `--no-prefetch`, `--streaming-stores` and `--no-interleave-vectors` are
+/// recorded in the output and the JSON.
 #[test]
 fn cli_libm_math_no_prefetch_and_streaming_stores_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
@@ -271,6 +276,7 @@ fn cli_libm_math_no_prefetch_and_streaming_stores_are_recorded() {
         "--libm-math",
         "--no-prefetch",
         "--streaming-stores",
+        "--no-interleave-vectors",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -283,6 +289,11 @@ fn cli_libm_math_no_prefetch_and_streaming_stores_are_recorded() {
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["math"], "libm");
     assert!(report["prefetch_bytes"].is_null(), "{report}");
+    assert!(report["interleave_vectors"].is_null(), "{report}");
+    assert!(
+        stdout.contains("store loops: as the vectoriser interleaves"),
+        "{stdout}"
+    );
     assert_eq!(report["streaming_stores_min_bytes"], 16 << 20);
     assert!(
         stdout.contains("streaming stores: in kernels whose outputs are all >= 16 MiB"),
@@ -313,6 +324,12 @@ fn cli_compare_flips_one_knob() {
     for (knob, a, b, identical) in [
         ("libm-math", "polynomial math", "libm math", false),
         ("prefetch", "prefetch 2048 B", "no prefetch", true),
+        (
+            "interleave-vectors",
+            "4 vectors per iteration",
+            "the vectoriser's interleaving",
+            true,
+        ),
     ] {
         let out = smelt(&[
             "bench",

@@ -179,7 +179,8 @@ fn packed_linear_weights_match_the_reference() {
     }
 }
 
-/// The CPU code-generation options (`no_prefetch`, `streaming_stores`) reach the JIT and
+/// The CPU code-generation options (`no_prefetch`, `streaming_stores`,
+/// `no_interleave_vectors`) reach the JIT and
 /// change no value: the same graph (a bias, a GELU and a softmax over a 16 MiB tensor, the
 /// only output, so that streaming applies; the bias bound after compilation, which
 /// recompiles) gives the same bits under every combination.
@@ -208,23 +209,31 @@ fn cpu_codegen_options_change_no_value() {
     )]);
     let b = (0..cols).map(|i| i as f32 / cols as f32 - 0.5).collect();
     let params = HashMap::from([("b".to_string(), HostTensor::from_f32([cols], b).unwrap())]);
-    let run = |no_prefetch: bool, streaming_stores: bool| {
+    let run = |no_prefetch: bool, streaming_stores: bool, no_interleave_vectors: bool| {
         let options = Options {
             device: Device::Cpu,
             no_prefetch,
             streaming_stores,
+            no_interleave_vectors,
             ..Options::default()
         };
         let jit = options.jit_options();
         assert_eq!(jit.prefetch_bytes.is_none(), no_prefetch);
         assert_eq!(jit.nontemporal_min_bytes.is_some(), streaming_stores);
+        assert_eq!(jit.interleave_vectors.is_none(), no_interleave_vectors);
         let mut compiled = compile_with(&graph, options).unwrap();
         compiled.bind_params(params.clone()).unwrap();
         compiled.run(&inputs).unwrap()
     };
-    let want = run(false, false);
-    for (no_prefetch, streaming) in [(true, false), (false, true), (true, true)] {
-        let got = run(no_prefetch, streaming);
+    let want = run(false, false, false);
+    for (no_prefetch, streaming, own) in [
+        (true, false, false),
+        (false, true, false),
+        (true, true, false),
+        (false, false, true),
+        (true, true, true),
+    ] {
+        let got = run(no_prefetch, streaming, own);
         assert_eq!(got.iter().count(), 1);
         for (name, w) in want.iter() {
             let g = got.get(name).unwrap();
@@ -232,7 +241,7 @@ fn cpu_codegen_options_change_no_value() {
                 .all(|i| g.data().get_f64(i).to_bits() == w.data().get_f64(i).to_bits());
             assert!(
                 same,
-                "{name}: no_prefetch {no_prefetch}, streaming {streaming}"
+                "{name}: no_prefetch {no_prefetch}, streaming {streaming}, vectoriser's interleaving {own}"
             );
         }
     }

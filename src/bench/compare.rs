@@ -26,16 +26,19 @@ pub enum Knob {
     FastMath,
     /// Row kernels two rows at a time ([`Options::no_interleave_rows`]).
     InterleaveRows,
+    /// Store loops four vectors at a time ([`Options::no_interleave_vectors`]).
+    InterleaveVectors,
 }
 
 impl Knob {
     /// Every knob, in the order the CLI lists them.
-    pub const ALL: [Knob; 5] = [
+    pub const ALL: [Knob; 6] = [
         Knob::StreamingStores,
         Knob::Prefetch,
         Knob::LibmMath,
         Knob::FastMath,
         Knob::InterleaveRows,
+        Knob::InterleaveVectors,
     ];
 
     /// Whether the knob changes only how CPU kernels are generated (no effect on a GPU).
@@ -57,6 +60,7 @@ impl Knob {
             }
             Knob::FastMath => o.fast_math = !o.fast_math,
             Knob::InterleaveRows => o.no_interleave_rows = !o.no_interleave_rows,
+            Knob::InterleaveVectors => o.no_interleave_vectors = !o.no_interleave_vectors,
         }
         o
     }
@@ -75,6 +79,10 @@ impl Knob {
             Knob::FastMath => "strict math".into(),
             Knob::InterleaveRows if options.no_interleave_rows => "one row at a time".into(),
             Knob::InterleaveRows => "two rows interleaved".into(),
+            Knob::InterleaveVectors => match options.jit_options().interleave_vectors {
+                Some(n) => format!("{n} vectors per iteration"),
+                None => "the vectoriser's interleaving".into(),
+            },
         }
     }
 }
@@ -87,6 +95,7 @@ impl fmt::Display for Knob {
             Knob::LibmMath => "libm-math",
             Knob::FastMath => "fast-math",
             Knob::InterleaveRows => "interleave-rows",
+            Knob::InterleaveVectors => "interleave-vectors",
         })
     }
 }

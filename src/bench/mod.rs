@@ -52,6 +52,9 @@ pub struct BenchOptions {
     /// CPU row kernels one row at a time (`--no-interleave-rows`; see
     /// [`crate::Options::no_interleave_rows`]).
     pub no_interleave_rows: bool,
+    /// CPU store loops as the loop vectoriser makes them (`--no-interleave-vectors`; see
+    /// [`crate::Options::no_interleave_vectors`]).
+    pub no_interleave_vectors: bool,
     /// `--compare KNOB`: instead of fused against unfused, the fused plan as the options
     /// above say (A) against the same with `KNOB` flipped (B); see [`compare`].
     pub compare: Option<compare::Knob>,
@@ -104,6 +107,9 @@ pub struct Report {
     /// Whether CPU row kernels compute two rows interleaved (the default) or one at a time
     /// (`--no-interleave-rows`).
     pub interleave_rows: bool,
+    /// How many vectors CPU store loops compute per iteration; `None`: as the loop
+    /// vectoriser chooses (`--no-interleave-vectors`).
+    pub interleave_vectors: Option<u32>,
     pub min_time_ms: f64,
     pub min_iters: usize,
     pub stream: Option<StreamReport>,
@@ -205,6 +211,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         no_prefetch: opts.no_prefetch,
         streaming_stores: opts.streaming_stores,
         no_interleave_rows: opts.no_interleave_rows,
+        no_interleave_vectors: opts.no_interleave_vectors,
         ..crate::Options::default()
     };
     let n = selected.len();
@@ -278,6 +285,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         prefetch_bytes: jit.prefetch_bytes,
         streaming_stores_min_bytes: jit.nontemporal_min_bytes,
         interleave_rows: jit.interleave_rows,
+        interleave_vectors: jit.interleave_vectors,
         min_time_ms: budget.min_time.as_secs_f64() * 1e3,
         min_iters: budget.min_iters,
         stream,

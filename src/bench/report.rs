@@ -34,7 +34,7 @@ pub fn tables(r: &Report) -> String {
     }
     let _ = writeln!(
         s,
-        "cpu kernels' f32 exp/tanh/erf: {}; software prefetch: {}; row kernels: {}",
+        "cpu kernels' f32 exp/tanh/erf: {}; software prefetch: {}; row kernels: {}; store loops: {}",
         r.math,
         match r.prefetch_bytes {
             Some(n) => format!("{n} bytes ahead"),
@@ -44,6 +44,10 @@ pub fn tables(r: &Report) -> String {
             "two rows interleaved"
         } else {
             "one row at a time"
+        },
+        match r.interleave_vectors {
+            Some(n) => format!("{n} vectors per iteration"),
+            None => "as the vectoriser interleaves".to_string(),
         }
     );
     if let Some(n) = r.streaming_stores_min_bytes {

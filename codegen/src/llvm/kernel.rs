@@ -254,6 +254,9 @@ pub struct KernelOptions {
     pub scalef: Scalef,
     /// Row kernels compute two rows at a time, stage by stage (see `interleaved_points`).
     pub interleave_rows: bool,
+    /// The vectoriser's interleave count for store loops (`llvm.loop.interleave.count`;
+    /// `None`: its own choice). See `JitOptions::interleave_vectors`.
+    pub interleave_vectors: Option<u32>,
 }
 
 impl KernelOptions {
@@ -267,6 +270,7 @@ impl KernelOptions {
             nontemporal_min_bytes: options.nontemporal_min_bytes,
             scalef: Scalef::for_features(&features),
             interleave_rows: options.interleave_rows,
+            interleave_vectors: options.interleave_vectors,
         })
     }
 }
@@ -387,6 +391,7 @@ pub fn build_kernel<'ctx>(
         streaming,
         aligned: None,
         interleave: options.interleave_rows && interleave::interleaves(kernel, buffers),
+        interleave_vectors: options.interleave_vectors,
     };
     // Per-element scratch of values kept across stages (see `reuse`), in the entry block:
     // one row's, or two rows' when they are interleaved.
@@ -502,6 +507,8 @@ pub(crate) struct Emitter<'a, 'ctx> {
     aligned: Option<AlignedStore<'ctx>>,
     /// Whether the last outer dim's points are computed two at a time (see `interleave`).
     pub interleave: bool,
+    /// The interleave count asked of the loop vectoriser for store loops, if any.
+    pub interleave_vectors: Option<u32>,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
@@ -696,7 +703,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         lo: IntValue<'ctx>,
         hi: IntValue<'ctx>,
         name: &str,
-        hints: LoopHints,
+        hints: &[(&'static str, Hint)],
         f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
     ) -> Result<()> {
         let latch = self.counted_loop_latch(lo, hi, name, f)?;

@@ -75,6 +75,9 @@ pub const NONTEMPORAL_MIN_BYTES: u64 = 16 << 20;
 /// far better than none.
 pub const PREFETCH_BYTES: u32 = 2048;
 
+/// The default [`JitOptions::interleave_vectors`].
+pub const INTERLEAVE_VECTORS: u32 = 4;
+
 /// Options of one JIT compilation. Part of a kernel cache key, with [`HostTarget`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct JitOptions {
@@ -100,6 +103,13 @@ pub struct JitOptions {
     /// (`Emitter::interleaved_points` in `kernel.rs`). Each row is computed exactly as
     /// alone, so values are unchanged, bit for bit. Default: on.
     pub interleave_rows: bool,
+    /// How many vectors the loop vectoriser computes side by side in each iteration of a
+    /// kernel's store loops (elementwise bodies, and the last pass of row kernels), as
+    /// `llvm.loop.interleave.count`. `None`: the vectoriser's own choice, which is one for
+    /// long bodies such as `tanh`'s, whose iterations are then a single chain of dependent
+    /// instructions that the CPU's scheduler cannot hold enough of to keep its vector units
+    /// busy. Values are unchanged either way. Default: `Some(`[`INTERLEAVE_VECTORS`]`)`.
+    pub interleave_vectors: Option<u32>,
 }
 
 impl Default for JitOptions {
@@ -111,6 +121,7 @@ impl Default for JitOptions {
             nontemporal_min_bytes: None,
             prefetch_bytes: Some(PREFETCH_BYTES),
             interleave_rows: true,
+            interleave_vectors: Some(INTERLEAVE_VECTORS),
         }
     }
 }
@@ -135,6 +146,9 @@ impl fmt::Display for JitOptions {
         }
         if !self.interleave_rows {
             write!(f, " interleave=off")?;
+        }
+        if let Some(n) = self.interleave_vectors {
+            write!(f, " vectors={n}")?;
         }
         Ok(())
     }

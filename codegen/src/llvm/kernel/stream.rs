@@ -31,7 +31,7 @@
 //! 4. **Ordering**: streaming stores are weakly ordered, so the entry function ends with
 //!    `sfence` (x86-64) before it returns and the pool reports the chunk done.
 
-use super::{declare, Emitter};
+use super::{declare, Emitter, Hint};
 use crate::llvm::error::Result;
 use inkwell::attributes::AttributeLoc;
 use inkwell::module::Module;
@@ -93,6 +93,26 @@ pub(crate) fn contiguous_store<'k>(
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
+    /// `for (i = lo; i < hi; i++) f(i)`, the innermost loop of a store stage: with the
+    /// interleave count of [`JitOptions::interleave_vectors`] when there is one.
+    ///
+    /// [`JitOptions::interleave_vectors`]: crate::llvm::JitOptions::interleave_vectors
+    fn store_loop(
+        &mut self,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        name: &str,
+        f: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<()>,
+    ) -> Result<()> {
+        match self.interleave_vectors {
+            Some(n) => {
+                let hints = [("llvm.loop.interleave.count", Hint::Int(n))];
+                self.counted_loop_hinted(lo, hi, name, &hints, f)
+            }
+            None => self.counted_loop(lo, hi, name, f),
+        }
+    }
+
     /// `for (i = lo; i < hi; i++) f(i)` with the current loop variables as they are and `i`
     /// pushed last; when `target` names a store walking `i` contiguously, peeled so that the
     /// main part starts where that store's address is 64-byte aligned (see the module docs).
@@ -105,7 +125,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         f: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<()>,
     ) -> Result<()> {
         let Some((buffer, access)) = target else {
-            return self.counted_loop(lo, hi, name, f);
+            return self.store_loop(lo, hi, name, f);
         };
         let i64t = self.ctx.i64_type();
         // The loop body pushes its variable (and may change deeper ones): the addresses below
@@ -113,7 +133,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let depth = self.vars.len();
         let size = self.buffer(buffer)?.1.dtype.size_bytes() as u64;
         if !size.is_power_of_two() || size > ALIGN {
-            return self.counted_loop(lo, hi, name, f);
+            return self.store_loop(lo, hi, name, f);
         }
         // Head: up to the first element at a 64-byte boundary (elements are aligned to their
         // size by the calling convention, so one is reached within 64 / size steps).
@@ -165,7 +185,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         // provable (a row kernel's chunk-independent start), `(mid | index) - mid` was not
         // simplified back, and the stores' 64-byte alignment, hence their streaming, was lost.
         let trip = self.b.build_int_nsw_sub(hi, mid, "trip")?;
-        let r = self.counted_loop(i64t.const_zero(), trip, name, |e, k| {
+        let r = self.store_loop(i64t.const_zero(), trip, name, &mut |e, k| {
             let i = e.b.build_int_nsw_add(mid, k, "ik")?;
             if let Some(a) = e.aligned.as_mut() {
                 a.count = Some((i, k));
