@@ -834,6 +834,36 @@ mod with_llvm {
         }
     }
 
+    /// Runs kernel `k` of `program` compiled as `got` at chunkings 1, 2, 3, 5 and whole, and
+    /// as `want` in one chunk, on inputs from [`row_input`]: the outputs are finite and the
+    /// same bits, and nothing is written past a buffer.
+    fn same_bits_at_every_chunking(
+        program: &Program,
+        k: &Kernel,
+        got: &CompiledKernels,
+        want: &CompiledKernels,
+        what: &str,
+    ) {
+        let extent = kernel_extent(k).unwrap();
+        let out = k.writes[0].0 as usize;
+        let outputs = |c: &CompiledKernels, chunk: i64| {
+            let mut bufs = Buffers::new(&program.buffers);
+            for &id in &k.reads {
+                let data = row_input(&program.buffers[id.0 as usize]);
+                bufs.set(id.0 as usize, &data);
+            }
+            assert_eq!(run(c, 0, k, &mut bufs, chunk), 0, "{what}");
+            assert!(bufs.red_zones_intact(), "{what}: wrote past a buffer");
+            bufs.get::<f32>(out)
+        };
+        let expected = outputs(want, extent);
+        assert!(expected.iter().all(|v| v.is_finite()), "{what}");
+        for chunk in [1, 2, 3, 5, extent] {
+            let same = same_bits(&outputs(got, chunk), &expected);
+            assert!(same, "{what}, chunks of {chunk}: a value differs");
+        }
+    }
+
     /// Whether two f32 slices hold the same bits, element for element.
     fn same_bits(a: &[f32], b: &[f32]) -> bool {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
@@ -1025,24 +1055,7 @@ mod with_llvm {
                     one > 0 && two > one,
                     "{what}: {two} vector loads against {one}"
                 );
-                let extent = kernel_extent(k).unwrap();
-                let out = k.writes[0].0 as usize;
-                let outputs = |c: &CompiledKernels, chunk: i64| {
-                    let mut bufs = Buffers::new(&program.buffers);
-                    for &id in &k.reads {
-                        let data = row_input(&program.buffers[id.0 as usize]);
-                        bufs.set(id.0 as usize, &data);
-                    }
-                    assert_eq!(run(c, 0, k, &mut bufs, chunk), 0, "{what}");
-                    assert!(bufs.red_zones_intact(), "{what}: wrote past a buffer");
-                    bufs.get::<f32>(out)
-                };
-                let want = outputs(&alone, extent);
-                assert!(want.iter().all(|v| v.is_finite()), "{what}");
-                for chunk in [1, 2, 3, 5, extent] {
-                    let same = same_bits(&outputs(&on, chunk), &want);
-                    assert!(same, "{what}, chunks of {chunk}: a value differs");
-                }
+                same_bits_at_every_chunking(&program, k, &on, &alone, &what);
             }
         }
     }
@@ -1157,24 +1170,7 @@ mod with_llvm {
                     let (n4, n1) = (count(&four), count(&one));
                     assert!(n1 > 0 && n4 > n1, "{what}: {n4} vector `{op}` against {n1}");
                 }
-                let extent = kernel_extent(k).unwrap();
-                let out = k.writes[0].0 as usize;
-                let outputs = |c: &CompiledKernels, chunk: i64| {
-                    let mut bufs = Buffers::new(&program.buffers);
-                    for &id in &k.reads {
-                        let data = row_input(&program.buffers[id.0 as usize]);
-                        bufs.set(id.0 as usize, &data);
-                    }
-                    assert_eq!(run(c, 0, k, &mut bufs, chunk), 0, "{what}");
-                    assert!(bufs.red_zones_intact(), "{what}: wrote past a buffer");
-                    bufs.get::<f32>(out)
-                };
-                let want = outputs(&one, extent);
-                assert!(want.iter().all(|v| v.is_finite()), "{what}");
-                for chunk in [1, 2, 3, 5, extent] {
-                    let same = same_bits(&outputs(&four, chunk), &want);
-                    assert!(same, "{what}, chunks of {chunk}: a value differs");
-                }
+                same_bits_at_every_chunking(&program, k, &four, &one, &what);
             }
         }
     }
