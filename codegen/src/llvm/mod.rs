@@ -29,7 +29,8 @@ mod options;
 
 pub use error::{LlvmError, Result};
 pub use options::{
-    CpuTarget, HostTarget, JitOptions, MathMode, OptLevel, NONTEMPORAL_MIN_BYTES, PREFETCH_BYTES,
+    CpuTarget, HostTarget, JitOptions, MathMode, OptLevel, INTERLEAVE_VECTORS,
+    NONTEMPORAL_MIN_BYTES, PREFETCH_BYTES,
 };
 
 #[cfg(feature = "llvm")]
