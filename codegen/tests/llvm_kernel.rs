@@ -588,6 +588,12 @@ mod with_llvm {
         f.split("\n}").next().unwrap_or(f)
     }
 
+    /// How many lines of the optimised IR of `c`'s first entry point contain `needle`.
+    fn first_entry_lines(c: &CompiledKernels, needle: &str) -> usize {
+        let f = function_ir(c.module.optimized_ir(), &format!("@{}(", c.entries[0]));
+        f.lines().filter(|l| l.contains(needle)).count()
+    }
+
     /// `n` f32s that end where an inaccessible page begins, so that a kernel's reads and
     /// writes past them would fault; unmapped on drop.
     struct Guarded {
@@ -1032,10 +1038,7 @@ mod with_llvm {
             interleave_rows: false,
             ..JitOptions::default()
         };
-        let vector_loads = |c: &CompiledKernels| {
-            let f = function_ir(c.module.optimized_ir(), &format!("@{}(", c.entries[0]));
-            f.lines().filter(|l| l.contains(" = load <")).count()
-        };
+        let vector_loads = |c: &CompiledKernels| first_entry_lines(c, " = load <");
         for (name, build) in row_builds() {
             for (rows, cols) in [(7, 128), (6, 64), (5, 203), (9, 24), (1, 128), (3, 256)] {
                 let what = format!("{name} {rows}x{cols}");
@@ -1162,12 +1165,7 @@ mod with_llvm {
                 let one = compile_program_kernels(&ks, &program.buffers, &own);
                 let (four, one) = (four.unwrap(), one.unwrap());
                 if cfg!(target_arch = "x86_64") && rows * cols >= 64 {
-                    let count = |c: &CompiledKernels| {
-                        let f =
-                            function_ir(c.module.optimized_ir(), &format!("@{}(", c.entries[0]));
-                        f.lines().filter(|l| l.contains(op)).count()
-                    };
-                    let (n4, n1) = (count(&four), count(&one));
+                    let (n4, n1) = (first_entry_lines(&four, op), first_entry_lines(&one, op));
                     assert!(n1 > 0 && n4 > n1, "{what}: {n4} vector `{op}` against {n1}");
                 }
                 same_bits_at_every_chunking(&program, k, &four, &one, &what);
