@@ -112,10 +112,11 @@ pub struct Options {
     /// two interleaved ([`smelt_codegen::llvm::JitOptions::interleave_rows`], on by default,
     /// which overlaps the dependent passes of short rows). Values are the same either way.
     pub no_interleave_rows: bool,
-    /// On the CPU: store loops as the loop vectoriser would make them, instead of four
-    /// vectors computed side by side per iteration
+    /// On the CPU: store loops as the loop vectoriser would make them, and split reductions
+    /// one block at a time, instead of four vectors computed side by side per iteration
     /// ([`smelt_codegen::llvm::JitOptions::interleave_vectors`], which keeps the vector
-    /// units busy through long bodies such as `tanh`'s). Values are the same either way.
+    /// units busy through long bodies such as `tanh`'s or softmax's `exp`). Values are the
+    /// same either way.
     pub no_interleave_vectors: bool,
 }
 

@@ -147,8 +147,9 @@ enum Command {
         /// interleaved, to measure what interleaving buys.
         #[arg(long)]
         no_interleave_rows: bool,
-        /// CPU store loops as LLVM's loop vectoriser makes them instead of four vectors
-        /// computed side by side per iteration, to measure what interleaving them buys.
+        /// CPU store loops as LLVM's loop vectoriser makes them, and split reductions (row
+        /// sums and maxima) one 16-lane block at a time, instead of four vectors computed side
+        /// by side per iteration, to measure what interleaving them buys.
         #[arg(long)]
         no_interleave_vectors: bool,
         /// Instead of fused vs unfused: each case's fused plan as the other flags say (A)

@@ -197,7 +197,7 @@ fn cli_writes_json_and_chart() {
     assert_eq!(report["prefetch_bytes"], 2048);
     assert_eq!(report["interleave_vectors"], 4);
     assert!(
-        stdout.contains("store loops: 4 vectors per iteration"),
+        stdout.contains("store loops and split reductions: 4 vectors per iteration"),
         "{stdout}"
     );
     assert!(report["streaming_stores_min_bytes"].is_null(), "{report}");
@@ -291,7 +291,7 @@ fn cli_libm_math_no_prefetch_and_streaming_stores_are_recorded() {
     assert!(report["prefetch_bytes"].is_null(), "{report}");
     assert!(report["interleave_vectors"].is_null(), "{report}");
     assert!(
-        stdout.contains("store loops: as the vectoriser interleaves"),
+        stdout.contains("store loops and split reductions: as the vectoriser interleaves"),
         "{stdout}"
     );
     assert_eq!(report["streaming_stores_min_bytes"], 16 << 20);

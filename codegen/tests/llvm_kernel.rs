@@ -912,7 +912,9 @@ mod with_llvm {
     /// stack arrays left are the values softmax keeps for its store stage, `%keep`). Checked
     /// on AVX-512, where 16 f32 lanes are one register, and on AVX2, where they are two (the
     /// lane loop asks for all 16 as one vector, `llvm.loop.vectorize.width`, so that its
-    /// widened form runs once there too), on rows long enough to split.
+    /// widened form runs once there too), on rows long enough to split; with the blocks four
+    /// at a time (`JitOptions::interleave_vectors`, whose longer lane loop is unrolled only
+    /// because it asks for it, and whose dead stores go only in the late `dse`) and one.
     #[test]
     fn split_reductions_carry_their_lanes_in_registers() {
         if !cfg!(target_arch = "x86_64") {
@@ -940,12 +942,19 @@ mod with_llvm {
             let ks: Vec<&Kernel> = program.kernels().collect();
             assert_eq!(ks.len(), 1, "{name}: one fused kernel");
             for (cpu, options, width) in [("AVX-512", &avx512, 16), ("AVX2", &avx2, 8)] {
-                let ir = optimized_kernel_ir(ks[0], &program.buffers, options).unwrap();
-                assert_no_scratch(&ir, &format!("{name} on {cpu}"));
-                assert!(
-                    vector_widths(&ir, "float").contains(&width),
-                    "{name} on {cpu}: no {width}-float vectors"
-                );
+                // Four blocks per block-loop iteration (the default) and one.
+                let one = JitOptions {
+                    interleave_vectors: None,
+                    ..options.clone()
+                };
+                for (blocks, options) in [("4 blocks", options), ("1 block", &one)] {
+                    let ir = optimized_kernel_ir(ks[0], &program.buffers, options).unwrap();
+                    assert_no_scratch(&ir, &format!("{name} on {cpu}, {blocks}"));
+                    assert!(
+                        vector_widths(&ir, "float").contains(&width),
+                        "{name} on {cpu}: no {width}-float vectors"
+                    );
+                }
             }
         }
         // f64 too, whose 16 lanes are two registers even on AVX-512.
@@ -1169,6 +1178,69 @@ mod with_llvm {
                     assert!(n1 > 0 && n4 > n1, "{what}: {n4} vector `{op}` against {n1}");
                 }
                 same_bits_at_every_chunking(&program, k, &four, &one, &what);
+            }
+        }
+    }
+
+    /// A split reduction's blocks run [`JitOptions::interleave_vectors`] at a time (four by
+    /// default; the blocks left over one at a time), combined in block order: the same bits as
+    /// one block at a time, at row lengths with no whole group (32), a group and one block
+    /// (80), groups and a tail (135, 203) and whole groups only (768). A NaN in a row, in a
+    /// grouped block, a single block or the tail, makes that row NaN in both forms (the max
+    /// pass reruns with its NaN rule) and leaves the other rows' bits alone. On x86-64 the
+    /// grouped form's row kernels compute more 16-float vectors per loop iteration.
+    #[test]
+    fn grouped_split_blocks_give_the_same_bits() {
+        let own = JitOptions {
+            interleave_vectors: None,
+            ..JitOptions::default()
+        };
+        for (name, build) in row_builds() {
+            for cols in [32, 80, 135, 203, 768] {
+                let what = format!("{name} 3x{cols}");
+                let program = row_program(build, 3, cols);
+                let ks: Vec<&Kernel> = program.kernels().collect();
+                assert_eq!(ks.len(), 1, "{what}: one fused kernel");
+                let k = ks[0];
+                let four = compile_program_kernels(&ks, &program.buffers, &JitOptions::default());
+                let one = compile_program_kernels(&ks, &program.buffers, &own);
+                let (four, one) = (four.unwrap(), one.unwrap());
+                if cfg!(target_arch = "x86_64") && cols == 768 {
+                    let vectors = "<16 x float>";
+                    let (n4, n1) = (
+                        first_entry_lines(&four, vectors),
+                        first_entry_lines(&one, vectors),
+                    );
+                    assert!(n4 > n1, "{what}: {n4} lines with {vectors} against {n1}");
+                }
+                same_bits_at_every_chunking(&program, k, &four, &one, &what);
+                let extent = kernel_extent(k).unwrap();
+                let out = k.writes[0].0 as usize;
+                for at in [0, 70, 130, cols - 1].into_iter().filter(|&at| at < cols) {
+                    let outputs = |c: &CompiledKernels| {
+                        let mut bufs = Buffers::new(&program.buffers);
+                        for &id in &k.reads {
+                            let decl = &program.buffers[id.0 as usize];
+                            let mut data = row_input(decl);
+                            if data.len() == 3 * cols {
+                                data[cols + at] = f32::NAN;
+                            }
+                            bufs.set(id.0 as usize, &data);
+                        }
+                        assert_eq!(run(c, 0, k, &mut bufs, extent), 0, "{what}");
+                        bufs.get::<f32>(out)
+                    };
+                    let (got, want) = (outputs(&four), outputs(&one));
+                    let rows = |v: &[f32], r: usize| v[r * cols..(r + 1) * cols].to_vec();
+                    for r in [0, 2] {
+                        let same = same_bits(&rows(&got, r), &rows(&want, r));
+                        assert!(same, "{what}, NaN at {at}: row {r} differs");
+                    }
+                    for v in [&got, &want] {
+                        let nan_row = rows(v, 1).iter().all(|x| x.is_nan());
+                        assert!(nan_row, "{what}, NaN at {at}: row 1 not all NaN");
+                    }
+                }
             }
         }
     }

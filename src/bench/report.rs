@@ -34,7 +34,7 @@ pub fn tables(r: &Report) -> String {
     }
     let _ = writeln!(
         s,
-        "cpu kernels' f32 exp/tanh/erf: {}; software prefetch: {}; row kernels: {}; store loops: {}",
+        "cpu kernels' f32 exp/tanh/erf: {}; software prefetch: {}; row kernels: {}; store loops and split reductions: {}",
         r.math,
         match r.prefetch_bytes {
             Some(n) => format!("{n} bytes ahead"),

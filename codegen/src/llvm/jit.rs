@@ -13,8 +13,9 @@
 //!    attributes are what make the back end use AVX2/AVX-512/NEON);
 //! 3. LLVM's verifier ([`LlvmError::Verify`] with its message);
 //! 4. the new pass manager's `default<On>` pipeline, with loop and SLP vectorisation on, against a
-//!    target machine for the chosen CPU (so the vectoriser's cost model knows the vector width);
-//!    then, where the kernels call functions with vector variants (AVX-512 `vscalefps`, see
+//!    target machine for the chosen CPU (so the vectoriser's cost model knows the vector width),
+//!    followed at O2 and O3 by `function(dse,instcombine)` (dead stores the vectoriser and
+//!    unroller leave in split reductions' scratch arrays, see [`compile`]); then, where the kernels call functions with vector variants (AVX-512 `vscalefps`, see
 //!    `kernel/scalef.rs`), `always-inline,globaldce` to inline them once the vectoriser has
 //!    picked its variants;
 //! 5. the optimised IR is printed (kept for snapshots and debugging);
@@ -318,7 +319,15 @@ fn prepare(
         module: name.to_string(),
         message: e.to_string(),
     })?;
-    let pipeline = format!("default<{opt}>");
+    // With vectorisation, dead-store elimination once more after the pipeline (which runs it
+    // only before the loop vectoriser), and instcombine for what the stores kept alive: a
+    // split reduction's grouped lane loop (`kernel/reduce.rs`) leaves stores into its scratch
+    // whose values instcombine forwarded, and LICM then carries them through the row loop.
+    let pipeline = if opt >= OptLevel::O2 {
+        format!("default<{opt}>,function(dse,instcombine)")
+    } else {
+        format!("default<{opt}>")
+    };
     let pass_options = PassBuilderOptions::create();
     let vectorise = opt >= OptLevel::O2;
     pass_options.set_loop_vectorization(vectorise);

@@ -100,6 +100,9 @@ pub(crate) enum Hint {
     Bool(bool),
     /// An `i32`: `!{!"llvm.loop.vectorize.width", i32 16}`.
     Int(u32),
+    /// One flag for the loop a transformation makes (LLVM's follow-up loop attributes):
+    /// `!{!"llvm.loop.vectorize.followup_vectorized", !{!"llvm.loop.unroll.full"}}`.
+    Followup(&'static str),
 }
 
 /// Named loop hints for [`Emitter::counted_loop_hinted`].
@@ -116,9 +119,18 @@ pub(crate) const NO_UNROLL: LoopHints = &[("llvm.loop.unroll.disable", Hint::Fla
 /// forwards the lanes stored into the scratch array to their load and drops the array.
 /// Left as a loop, every block stored its vector to the stack and loaded it back, with two
 /// extra branches (measured: layer_norm and softmax rows 2–11% faster without, same bits).
+///
+/// The widened loop is marked for a full unroll (a follow-up attribute, which the unroller
+/// honours whatever the body's size; before vectorising, the scalar loop must stay a loop):
+/// the unroller's own cost threshold kept long bodies as a loop once several blocks shared it
+/// (`JitOptions::interleave_vectors`), and the scratch array with them.
 pub(crate) const LANE_LOOP: LoopHints = &[
     ("llvm.loop.vectorize.enable", Hint::Bool(true)),
     ("llvm.loop.vectorize.width", Hint::Int(reduce::LANES as u32)),
+    (
+        "llvm.loop.vectorize.followup_vectorized",
+        Hint::Followup("llvm.loop.unroll.full"),
+    ),
 ];
 
 /// Loop hints for a short loop of expensive iterations whose vectorised form is to mask its
@@ -726,7 +738,8 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(())
     }
 
-    /// Attaches a loop ID `!0 = !{!0, !{name}, !{name, i1 flag}, !{name, i32 n}, …}` with
+    /// Attaches a loop ID `!0 = !{!0, !{name}, !{name, i1 flag}, !{name, i32 n},
+    /// !{name, !{then}}, …}` with
     /// `hints` to a loop's latch branch.
     fn loop_hints(&self, latch: inkwell::values::InstructionValue<'ctx>, hints: &[(&str, Hint)]) {
         use inkwell::context::AsContextRef;
@@ -753,12 +766,20 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     name.len(),
                 )];
                 let v = match flag {
-                    Hint::Flag => None,
+                    Hint::Flag | Hint::Followup(_) => None,
                     Hint::Bool(on) => Some(self.ctx.bool_type().const_int(u64::from(on), false)),
                     Hint::Int(n) => Some(self.ctx.i32_type().const_int(u64::from(n), false)),
                 };
                 if let Some(v) = v {
                     parts.push(LLVMValueAsMetadata(v.as_value_ref()));
+                }
+                if let Hint::Followup(then) = flag {
+                    let mut attr = [LLVMMDStringInContext2(
+                        ctx,
+                        then.as_ptr().cast(),
+                        then.len(),
+                    )];
+                    parts.push(LLVMMDNodeInContext2(ctx, attr.as_mut_ptr(), attr.len()));
                 }
                 ops.push(LLVMMDNodeInContext2(ctx, parts.as_mut_ptr(), parts.len()));
             }

@@ -105,10 +105,13 @@ pub struct JitOptions {
     pub interleave_rows: bool,
     /// How many vectors the loop vectoriser computes side by side in each iteration of a
     /// kernel's store loops (elementwise bodies, and the last pass of row kernels), as
-    /// `llvm.loop.interleave.count`. `None`: the vectoriser's own choice, which is one for
-    /// long bodies such as `tanh`'s, whose iterations are then a single chain of dependent
-    /// instructions that the CPU's scheduler cannot hold enough of to keep its vector units
-    /// busy. Values are unchanged either way. Default: `Some(`[`INTERLEAVE_VECTORS`]`)`.
+    /// `llvm.loop.interleave.count`, and how many 16-lane blocks a split reduction (the sums
+    /// and maxima of softmax and layer_norm rows) computes per iteration of its block loop.
+    /// `None`: the vectoriser's own choice for store loops, which is one for long bodies such
+    /// as `tanh`'s, whose iterations are then a single chain of dependent instructions that
+    /// the CPU's scheduler cannot hold enough of to keep its vector units busy; one block at a
+    /// time for split reductions. The blocks are combined in the same order either way, so
+    /// values are unchanged, bit for bit. Default: `Some(`[`INTERLEAVE_VECTORS`]`)`.
     pub interleave_vectors: Option<u32>,
 }
 

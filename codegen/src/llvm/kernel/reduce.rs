@@ -30,7 +30,7 @@
 //! one-loop form's; that form stays scalar, since the in-order combine cannot be vectorised
 //! under strict FP semantics and takes the body with it.
 
-use super::{Emitter, Val, LANE_LOOP, MASKED_TAIL, NO_UNROLL};
+use super::{Emitter, Hint, Val, LANE_LOOP, MASKED_TAIL, NO_UNROLL};
 use crate::llvm::error::Result;
 use inkwell::types::{BasicTypeEnum, FloatType, VectorType};
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
@@ -391,7 +391,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let acc_t = self.float_acc(acc, "split")?;
         let vec_t = acc_t.vec_type(LANES as u32);
         let align = (LANES * acc.size_bytes()) as u32;
-        let scratch = self.entry_alloca(acc_t.array_type(LANES as u32).into(), "lanes")?;
+        let group = i64::from(self.interleave_vectors.unwrap_or(1).max(1));
+        let scratch_len = group as u32 * LANES as u32;
+        let scratch = self.entry_alloca(acc_t.array_type(scratch_len).into(), "lanes")?;
         set_alignment(scratch, align)?;
         let accv = self.entry_alloca(vec_t.into(), "accv")?;
         let mut splat = vec_t.get_undef();
@@ -406,6 +408,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             combiner,
             acc,
             blocks: (n / LANES) as i64,
+            group,
             depth: self.vars.len(),
             scratch,
             accv,
@@ -430,9 +433,11 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     }
 
     /// The blocks of a split reduction into its accumulator vector (reset to the identity
-    /// first). With `nan_seen` (an `i1` slot, see [`Emitter::reduce_nan_rule_last`]), a max or min
-    /// combines without its NaN rule, gathers the blocks' NaN lanes in a `<LANES x i1>` and
-    /// ORs whether there was any into that slot after the loop.
+    /// first): [`Split::group`] blocks per iteration of a first loop, then the remaining
+    /// blocks one at a time. With `nan_seen` (an `i1` slot, see
+    /// [`Emitter::reduce_nan_rule_last`]), a max or min combines without its NaN rule, gathers
+    /// the blocks' NaN lanes in a `<LANES x i1>` and ORs whether there was any into that slot
+    /// after the loops.
     fn split_blocks(
         &mut self,
         s: &Split<'_, 'ctx>,
@@ -448,41 +453,18 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             }
             None => None,
         };
-        let width = self.i64c(LANES as i64);
-        self.counted_loop_hinted(
-            self.i64c(0),
-            self.i64c(s.blocks),
-            "blk",
-            NO_UNROLL,
-            |em, blk| {
-                let base = em.b.build_int_nsw_mul(blk, width, "bbase")?;
-                em.counted_loop_hinted(em.i64c(0), width, "ln", LANE_LOOP, |em, l| {
-                    let i = em.b.build_int_nsw_add(base, l, "li")?;
-                    // `l < LANES`, the scratch's length.
-                    em.body_to_scratch(s.body, s.value, s.acc, s.depth, i, s.scratch, l)
-                })?;
-                let vp =
-                    em.b.build_bit_cast(
-                        s.scratch,
-                        s.splat.get_type().ptr_type(Default::default()),
-                        "lanesv",
-                    )?
-                    .into_pointer_value();
-                let v = em.b.build_load(vp, "blkv")?;
-                set_alignment(v, s.align)?;
-                let v = v.into_vector_value();
-                let cur = em.b.build_load(s.accv, "accc")?.into_vector_value();
-                let nv = em.combine_vector(s.combiner, cur, v, nan_seen.is_none())?;
-                em.b.build_store(s.accv, nv)?;
-                if let Some(seen) = lanes_seen {
-                    let nan =
-                        em.b.build_float_compare(FloatPredicate::UNO, v, v, "bnan")?;
-                    let old = em.b.build_load(seen, "seen")?.into_vector_value();
-                    em.b.build_store(seen, em.b.build_or(old, nan, "seen1")?)?;
-                }
-                Ok(())
-            },
-        )?;
+        // Blocks `0..grouped` a group at a time, the rest one at a time.
+        let grouped = if s.group > 1 {
+            s.blocks / s.group * s.group
+        } else {
+            0
+        };
+        if grouped > 0 {
+            self.split_block_loop(s, s.group, 0, grouped, nan_seen, lanes_seen)?;
+        }
+        if grouped < s.blocks {
+            self.split_block_loop(s, 1, grouped, s.blocks, nan_seen, lanes_seen)?;
+        }
         self.vars.truncate(s.depth);
         if let (Some(slot), Some(lanes)) = (nan_seen, lanes_seen) {
             let lanes = self.b.build_load(lanes, "nanv")?.into_vector_value();
@@ -501,6 +483,69 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 .build_store(slot, self.b.build_or(old, any, "seen1")?)?;
         }
         Ok(())
+    }
+
+    /// Blocks `first..last` of a split reduction, `group` per iteration (`last - first` a
+    /// multiple of it): one lane loop over the group's `group * LANES` elements into the
+    /// scratch (vectorised `LANES` wide, `group` vectors interleaved, so that the blocks'
+    /// bodies overlap instead of forming one chain), then each block's vector combined into
+    /// the accumulators in block order, exactly as one block per iteration would.
+    fn split_block_loop(
+        &mut self,
+        s: &Split<'_, 'ctx>,
+        group: i64,
+        first: i64,
+        last: i64,
+        nan_seen: Option<PointerValue<'ctx>>,
+        lanes_seen: Option<PointerValue<'ctx>>,
+    ) -> Result<()> {
+        let i64t = self.ctx.i64_type();
+        let width = self.i64c(group * LANES as i64);
+        let mut hints = LANE_LOOP.to_vec();
+        if group > 1 {
+            hints.push(("llvm.loop.interleave.count", Hint::Int(group as u32)));
+        }
+        self.counted_loop_hinted(
+            self.i64c(0),
+            self.i64c((last - first) / group),
+            "blk",
+            NO_UNROLL,
+            |em, g| {
+                let base = em.b.build_int_nsw_mul(g, width, "gbase")?;
+                let base =
+                    em.b.build_int_nsw_add(base, em.i64c(first * LANES as i64), "bbase")?;
+                em.counted_loop_hinted(em.i64c(0), width, "ln", &hints, |em, l| {
+                    let i = em.b.build_int_nsw_add(base, l, "li")?;
+                    // `l < group * LANES`, within the scratch's length.
+                    em.body_to_scratch(s.body, s.value, s.acc, s.depth, i, s.scratch, l)
+                })?;
+                let vec_ptr = s.splat.get_type().ptr_type(Default::default());
+                for k in 0..group {
+                    let at = i64t.const_int((k as usize * LANES) as u64, false);
+                    // SAFETY (of the generated code): `k * LANES + LANES <= group * LANES`,
+                    // within the scratch.
+                    let p = unsafe {
+                        em.b.build_in_bounds_gep(s.scratch, &[i64t.const_zero(), at], "blkp")?
+                    };
+                    let vp =
+                        em.b.build_bit_cast(p, vec_ptr, "lanesv")?
+                            .into_pointer_value();
+                    let v = em.b.build_load(vp, "blkv")?;
+                    set_alignment(v, s.align)?;
+                    let v = v.into_vector_value();
+                    let cur = em.b.build_load(s.accv, "accc")?.into_vector_value();
+                    let nv = em.combine_vector(s.combiner, cur, v, nan_seen.is_none())?;
+                    em.b.build_store(s.accv, nv)?;
+                    if let Some(seen) = lanes_seen {
+                        let nan =
+                            em.b.build_float_compare(FloatPredicate::UNO, v, v, "bnan")?;
+                        let old = em.b.build_load(seen, "seen")?.into_vector_value();
+                        em.b.build_store(seen, em.b.build_or(old, nan, "seen1")?)?;
+                    }
+                }
+                Ok(())
+            },
+        )
     }
 
     /// The halving tree of a split reduction's accumulator vector (lanes `0..h` combined with
@@ -612,9 +657,13 @@ struct Split<'b, 'ctx> {
     acc: DType,
     /// Whole blocks of `LANES` elements.
     blocks: i64,
+    /// Blocks computed side by side in each iteration of the block loop (the rest one at a
+    /// time): [`JitOptions::interleave_vectors`](crate::llvm::JitOptions::interleave_vectors),
+    /// or 1.
+    group: i64,
     /// Loop variables outside the reduced dim.
     depth: usize,
-    /// `[LANES x T]`: one block's values.
+    /// `[group * LANES x T]`: one group's values.
     scratch: PointerValue<'ctx>,
     /// `<LANES x T>`: the partial accumulators.
     accv: PointerValue<'ctx>,
