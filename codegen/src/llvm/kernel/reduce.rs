@@ -9,7 +9,10 @@
 //! reassociating anything at run time: element `i < n - n % LANES` goes to lane `i % LANES`
 //! (each lane in increasing `i`), the lanes are combined by a fixed halving tree (lane `l` with
 //! lane `l + h` for `h = LANES/2, …, 1`), then the last `n % LANES` elements are combined into
-//! the result in order. Every other reduction runs sequentially in index order. Either order
+//! the result in order. The blocks of 16 elements may be computed several at a time
+//! ([`Split::group`], `JitOptions::interleave_vectors` on the CPU): their vectors are still
+//! combined into the lanes one block after another, in block order, so the order is the same.
+//! Every other reduction runs sequentially in index order. Either order
 //! depends only on the stage's shape, never on the chunking or the target, so results stay
 //! bitwise identical across thread counts and machines.
 //!
