@@ -118,6 +118,12 @@ pub struct Options {
     /// units busy through long bodies such as `tanh`'s or softmax's `exp`). Values are the
     /// same either way.
     pub no_interleave_vectors: bool,
+    /// On the CPU: f32 matrix products (linear layers) of at most this many rows run on
+    /// smelt's AVX-512 panel kernel, with bound weights packed for it once at compile time,
+    /// and larger ones on the `gemm` crate. `None`:
+    /// [`PANEL_MAX_ROWS`](smelt_runtime::cpu::PANEL_MAX_ROWS) (128). For measuring one
+    /// against the other; results differ in rounding only (the two sum in different orders).
+    pub gemm_panel_max_rows: Option<usize>,
 }
 
 impl Options {
@@ -127,6 +133,15 @@ impl Options {
             fuse: !self.no_fuse,
             fast_math: self.fast_math,
             ..PassOptions::default()
+        }
+    }
+
+    /// The options CPU programs are compiled with under these options.
+    pub fn cpu_options(&self) -> smelt_runtime::cpu::CpuOptions {
+        smelt_runtime::cpu::CpuOptions {
+            jit: self.jit_options(),
+            panel_max_rows: self.gemm_panel_max_rows,
+            ..Default::default()
         }
     }
 
@@ -175,7 +190,7 @@ enum Backend {
     Cpu {
         program: Box<smelt_passes::kernel::Program>,
         cpu: Box<smelt_runtime::cpu::CpuProgram>,
-        jit: smelt_codegen::llvm::JitOptions,
+        options: smelt_runtime::cpu::CpuOptions,
     },
     /// The lowered kernel program on a CUDA GPU.
     Cuda {
@@ -219,12 +234,12 @@ pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
     let backend = match device {
         Device::Cpu => {
             let program = smelt_passes::kernel::lower(&optimized.graph, &optimized.plan)?;
-            let jit = options.jit_options();
-            let cpu = cpu_program(&program, &optimized.graph, &HashMap::new(), &jit)?;
+            let cpu_options = options.cpu_options();
+            let cpu = cpu_program(&program, &optimized.graph, &HashMap::new(), &cpu_options)?;
             Backend::Cpu {
                 program: Box::new(program),
                 cpu: Box::new(cpu),
-                jit,
+                options: cpu_options,
             }
         }
         Device::Cuda(n) => {
@@ -258,21 +273,17 @@ pub fn compile_with(graph: &Graph, options: Options) -> Result<Compiled> {
     Ok(compiled)
 }
 
-/// JIT-compiles `program` for the host with `params` bound under `jit`, and gives its
+/// JIT-compiles `program` for the host with `params` bound under `options`, and gives its
 /// outputs the shapes of `graph`'s outputs (buffers are flat).
 fn cpu_program(
     program: &smelt_passes::kernel::Program,
     graph: &Graph,
     params: &HashMap<String, HostTensor>,
-    jit: &smelt_codegen::llvm::JitOptions,
+    options: &smelt_runtime::cpu::CpuOptions,
 ) -> Result<smelt_runtime::cpu::CpuProgram> {
     let cpu_err = |e: smelt_runtime::cpu::CpuError| Error::Runtime(e.into());
-    let options = smelt_runtime::cpu::CpuOptions {
-        jit: jit.clone(),
-        ..Default::default()
-    };
     let mut cpu =
-        smelt_runtime::cpu::CpuProgram::compile_with(program, params, &options).map_err(cpu_err)?;
+        smelt_runtime::cpu::CpuProgram::compile_with(program, params, options).map_err(cpu_err)?;
     for (name, id) in graph.outputs() {
         cpu.set_output_shape(name, graph.ty(*id).shape.clone())
             .map_err(cpu_err)?;
@@ -395,8 +406,12 @@ impl Compiled {
         self.params.extend(params);
         // The CPU program holds bound parameters; rebuild it with the new set.
         match &mut self.backend {
-            Backend::Cpu { program, cpu, jit } => {
-                **cpu = cpu_program(program, &self.optimized.graph, &self.params, jit)?;
+            Backend::Cpu {
+                program,
+                cpu,
+                options,
+            } => {
+                **cpu = cpu_program(program, &self.optimized.graph, &self.params, options)?;
             }
             Backend::Cuda {
                 program,

@@ -155,7 +155,8 @@ enum Command {
         /// Instead of fused vs unfused: each case's fused plan as the other flags say (A)
         /// against the same with KNOB flipped (B), called alternately in one process, with
         /// A/B and whether their outputs have the same bits. KNOB: streaming-stores,
-        /// prefetch, libm-math, fast-math, interleave-rows or interleave-vectors.
+        /// prefetch, libm-math, fast-math, interleave-rows, interleave-vectors or
+        /// gemm-panel-rows.
         #[arg(long, value_name = "KNOB", value_parser = |s: &str| s.parse::<smelt::bench::compare::Knob>())]
         compare: Option<smelt::bench::compare::Knob>,
     },

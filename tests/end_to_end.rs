@@ -246,3 +246,89 @@ fn cpu_codegen_options_change_no_value() {
         }
     }
 }
+
+/// `Options::gemm_panel_max_rows` reaches the CPU runtime: a 128-token linear layer (its
+/// weight a bound parameter read transposed, as `F.linear` does) runs on the panel kernel by
+/// default, whose every output is, bit for bit, one `f32::mul_add` chain over `k` from +0
+/// (checked where the CPU has AVX-512, which that kernel needs), and with the limit at 64 on
+/// the `gemm` crate, whose blocked sums over `k = 768` round some elements differently; both
+/// stay within f32 rounding of an f64 oracle.
+#[test]
+fn gemm_panel_rows_choose_the_kernel_of_a_linear_layer() {
+    use smelt::frontend::Tracer;
+    use smelt::ir::DType;
+    use smelt::{compile_with, Device, Options};
+    let (m, k, n) = (128, 768, 80);
+    let t = Tracer::new();
+    let x = t.input("x", DType::F32, [m, k]).unwrap();
+    let w = t.param("w", DType::F32, [n, k]).unwrap();
+    t.output("y", &x.matmul(&w.transpose(0, 1).unwrap()).unwrap())
+        .unwrap();
+    let graph = t.finish().unwrap();
+    let xv: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 3.0)
+        .collect();
+    let wv: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 104729 % 1009) as f32 / 504.0 - 1.0) * 0.5)
+        .collect();
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        HostTensor::from_f32([m, k], xv.clone()).unwrap(),
+    )]);
+    let params = HashMap::from([(
+        "w".to_string(),
+        HostTensor::from_f32([n, k], wv.clone()).unwrap(),
+    )]);
+    let run = |rows: Option<usize>| {
+        let options = Options {
+            device: Device::Cpu,
+            gemm_panel_max_rows: rows,
+            ..Options::default()
+        };
+        assert_eq!(options.cpu_options().panel_max_rows, rows);
+        let mut compiled = compile_with(&graph, options).unwrap();
+        compiled.bind_params(params.clone()).unwrap();
+        let out = compiled.run(&inputs).unwrap();
+        let y = out.get("y").unwrap();
+        (0..m * n)
+            .map(|i| y.data().get_f64(i) as f32)
+            .collect::<Vec<f32>>()
+    };
+    let (panel, gemm) = (run(None), run(Some(64)));
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // `gemm` sums a contraction this long in blocks: some element rounds differently.
+        assert!(
+            panel != gemm,
+            "the limit of 64 rows did not reach the runtime"
+        );
+    }
+    for (i, j) in (0..m).flat_map(|i| (0..n).map(move |j| (i, j))) {
+        let (a, b) = (&xv[i * k..(i + 1) * k], &wv[j * k..(j + 1) * k]);
+        let exact: f64 = a.iter().zip(b).map(|(&p, &q)| p as f64 * q as f64).sum();
+        let scale: f64 = a
+            .iter()
+            .zip(b)
+            .map(|(&p, &q)| (p as f64 * q as f64).abs())
+            .sum();
+        for (name, got) in [("panel", panel[i * n + j]), ("gemm", gemm[i * n + j])] {
+            let err = (got as f64 - exact).abs();
+            assert!(
+                err <= k as f64 * f32::EPSILON as f64 * scale,
+                "{name} ({i}, {j}): {got} against {exact}"
+            );
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            let chain = a
+                .iter()
+                .zip(b)
+                .fold(0f32, |acc, (&p, &q)| p.mul_add(q, acc));
+            assert_eq!(
+                panel[i * n + j].to_bits(),
+                chain.to_bits(),
+                "panel ({i}, {j}): not the fused multiply-add chain"
+            );
+        }
+    }
+}

@@ -19,7 +19,9 @@
 use half::{bf16, f16};
 use smelt_ir::interp::eval;
 use smelt_ir::{DType, Graph, HostTensor, Shape, TensorData};
-use smelt_runtime::cpu::{matmul_host, CpuError, CpuPool, MatmulOperand, MatmulPlan};
+use smelt_runtime::cpu::{
+    matmul_host, CpuError, CpuPool, MatmulOperand, MatmulPlan, PANEL_MAX_ROWS,
+};
 use std::collections::HashMap;
 
 /// Deterministic values in [-1, 1) (floats) or [-range, range) (integers).
@@ -302,9 +304,12 @@ fn tiled_products_match_the_reference_for_every_pool_size() {
 
 /// f32 products of at most `PANEL_MAX_ROWS` rows run on the panel kernel where the CPU has
 /// AVX-512 (ragged micro-tiles of rows and masked partial panels of columns, operands
-/// transposed through strides); they match the reference, give the same bits on every pool
-/// size, and the same bits again with the right operand packed in panels beforehand
-/// (`MatmulPlan::panel_rhs`, what bound weights get), which is refused when too short.
+/// transposed through strides, contractions longer than one pass over the panels, 256);
+/// they match the reference, give the same bits on every pool size, and the same bits again
+/// with the right operand packed in panels beforehand (`MatmulPlan::panel_rhs`, what bound
+/// weights get), which is refused when too short. On the panel kernel every element is,
+/// bit for bit, one `f32::mul_add` chain over `k` in increasing order from +0 (its
+/// documented order).
 #[test]
 fn few_row_f32_products_run_on_the_panel_kernel() {
     #[cfg(target_arch = "x86_64")]
@@ -320,8 +325,9 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
         )
         .unwrap()
     };
-    assert_eq!(plan(64, 8, 8).uses_panels(), avx512);
-    assert!(!plan(65, 8, 8).uses_panels());
+    assert_eq!(PANEL_MAX_ROWS, 128);
+    assert_eq!(plan(128, 8, 8).uses_panels(), avx512);
+    assert!(!plan(129, 8, 8).uses_panels());
     assert!(!MatmulPlan::new(
         DType::F64,
         &MatmulOperand::contiguous(&[4, 8]),
@@ -331,7 +337,7 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
     .uses_panels());
     let pools: Vec<CpuPool> = (1..=3).map(|t| CpuPool::new(t).unwrap()).collect();
     let mut seed = 500;
-    for m in [1, 11, 12, 13, 25, 64] {
+    for m in [1, 11, 12, 13, 25, 64, 100, 128] {
         for (k, n) in [
             (1, 17),
             (3, 1),
@@ -340,12 +346,38 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
             (130, 16),
             (64, 70),
             (40, 96),
+            (256, 33),
+            (600, 40),
         ] {
+            if m > 64 && k < 64 {
+                continue;
+            }
             for (ta, tb) in [(false, false), (true, true)] {
                 seed += 2;
                 let a = tensor(DType::F32, &stored(&[m, k], ta), seed);
                 let b = tensor(DType::F32, &stored(&[k, n], tb), seed + 1);
                 let mut first = None;
+                if avx512 {
+                    // The documented order: one fused multiply-add chain per element.
+                    let (TensorData::F32(av), TensorData::F32(bv)) = (a.data(), b.data()) else {
+                        unreachable!()
+                    };
+                    let at = |i: usize, p: usize| if ta { av[p * m + i] } else { av[i * k + p] };
+                    let bt = |p: usize, j: usize| if tb { bv[j * k + p] } else { bv[p * n + j] };
+                    let want: Vec<u8> = (0..m * n)
+                        .flat_map(|e| {
+                            let (i, j) = (e / n, e % n);
+                            (0..k)
+                                .fold(0f32, |acc, p| at(i, p).mul_add(bt(p, j), acc))
+                                .to_le_bytes()
+                        })
+                        .collect();
+                    let got = matmul_host(&pools[1], &a, ta, &b, tb).unwrap();
+                    assert!(
+                        got.into_data().to_le_bytes() == want,
+                        "{m}x{k}x{n} (ta {ta}, tb {tb}): not the fused multiply-add chain"
+                    );
+                }
                 for pool in &pools {
                     check(pool, &a, ta, &b, tb);
                     let bits = matmul_host(pool, &a, ta, &b, tb)

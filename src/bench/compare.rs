@@ -28,17 +28,25 @@ pub enum Knob {
     InterleaveRows,
     /// Store loops four vectors at a time ([`Options::no_interleave_vectors`]).
     InterleaveVectors,
+    /// Linear layers of up to 128 rows on smelt's panel kernel, against up to
+    /// [`PANEL_ROWS_BEFORE`] (the `gemm` crate above): [`Options::gemm_panel_max_rows`].
+    GemmPanelRows,
 }
+
+/// The panel kernel's row limit before the seventeenth session, what
+/// [`Knob::GemmPanelRows`] sets when flipping the default.
+pub const PANEL_ROWS_BEFORE: usize = 64;
 
 impl Knob {
     /// Every knob, in the order the CLI lists them.
-    pub const ALL: [Knob; 6] = [
+    pub const ALL: [Knob; 7] = [
         Knob::StreamingStores,
         Knob::Prefetch,
         Knob::LibmMath,
         Knob::FastMath,
         Knob::InterleaveRows,
         Knob::InterleaveVectors,
+        Knob::GemmPanelRows,
     ];
 
     /// Whether the knob changes only how CPU kernels are generated (no effect on a GPU).
@@ -61,6 +69,12 @@ impl Knob {
             Knob::FastMath => o.fast_math = !o.fast_math,
             Knob::InterleaveRows => o.no_interleave_rows = !o.no_interleave_rows,
             Knob::InterleaveVectors => o.no_interleave_vectors = !o.no_interleave_vectors,
+            Knob::GemmPanelRows => {
+                o.gemm_panel_max_rows = match o.gemm_panel_max_rows {
+                    None => Some(PANEL_ROWS_BEFORE),
+                    Some(_) => None,
+                }
+            }
         }
         o
     }
@@ -83,6 +97,12 @@ impl Knob {
                 Some(n) => format!("{n} vectors per iteration"),
                 None => "the vectoriser's interleaving".into(),
             },
+            Knob::GemmPanelRows => format!(
+                "panel GEMM up to {} rows",
+                options
+                    .gemm_panel_max_rows
+                    .unwrap_or(smelt_runtime::cpu::PANEL_MAX_ROWS)
+            ),
         }
     }
 }
@@ -96,6 +116,7 @@ impl fmt::Display for Knob {
             Knob::FastMath => "fast-math",
             Knob::InterleaveRows => "interleave-rows",
             Knob::InterleaveVectors => "interleave-vectors",
+            Knob::GemmPanelRows => "gemm-panel-rows",
         })
     }
 }

@@ -39,7 +39,7 @@
 //! every step's wall time to stderr (this allocates; never set it in production).
 
 use super::error::{CpuError, Result};
-use super::gemm::{MatmulOperand, MatmulPlan};
+use super::gemm::{MatmulOperand, MatmulPlan, PANEL_MAX_ROWS};
 use super::kernel::CpuKernel;
 use super::memory::{plan_memory, Arena, MemoryPlan, ALIGN, POISON};
 use super::pool::CpuPool;
@@ -59,6 +59,11 @@ pub struct CpuOptions {
     pub threads: usize,
     /// Bytes of poisoned red zone after every arena buffer (tests; disables reuse).
     pub red_zone: usize,
+    /// f32 matrix products of at most this many rows run on smelt's AVX-512 panel kernel
+    /// (`MatmulPlan::with_panel_max_rows`), the rest on the `gemm` crate. `None`:
+    /// [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS). For measuring one against the other;
+    /// results differ by rounding only (the two sum in different orders).
+    pub panel_max_rows: Option<usize>,
 }
 
 /// Work below this many scalar iterations per chunk is not split further.
@@ -305,7 +310,10 @@ impl CpuProgram {
                     &mut slots,
                     &sources,
                     &mut packed,
-                    pool.get().threads(),
+                    GemmSetup {
+                        threads: pool.get().threads(),
+                        panel_max_rows: options.panel_max_rows.unwrap_or(PANEL_MAX_ROWS),
+                    },
                 )?,
             });
         }
@@ -599,7 +607,7 @@ fn smelt_codegen_extent(k: &Kernel) -> Result<i64> {
 }
 
 /// Packed copies of bound GEMM operands: (buffer, element offset, dims, strides, column
-/// blocks) → slot.
+/// blocks, panels) → (slot, element offset of the copy in it).
 type Packed = HashMap<
     (
         usize,
@@ -609,7 +617,7 @@ type Packed = HashMap<
         Option<Vec<Range<usize>>>,
         bool,
     ),
-    usize,
+    (usize, usize),
 >;
 
 /// A GEMM's right operand that is a bound f32/f64 matrix (a parameter or constant) read with
@@ -621,8 +629,10 @@ type Packed = HashMap<
 /// ([`MatmulPlan::block_rhs`]); when it runs on the panel kernel (f32, few rows, AVX-512:
 /// [`MatmulPlan::uses_panels`]), each block in that kernel's panels
 /// ([`MatmulPlan::panel_rhs`]).
-/// Returns the plan of `lhs @ copy` and the copy's slot (read from offset 0), or `None` to
-/// read the buffer as it is. The values are the same, so the product is too.
+/// A copy in panels starts at a 64-byte boundary of its slot (whole-line vector loads: about
+/// 10% faster than 16-byte aligned ones in the panel kernel on the development VM).
+/// Returns the plan of `lhs @ copy`, the copy's slot and its element offset there, or `None`
+/// to read the buffer as it is. The values are the same, so the product is too.
 fn pack_rhs(
     slots: &mut Vec<Slot>,
     sources: &[Option<&HostTensor>],
@@ -630,8 +640,11 @@ fn pack_rhs(
     (buffer, offset, operand): (usize, usize, &MatmulOperand),
     lhs: &MatmulOperand,
     dtype: DType,
-    threads: usize,
-) -> Option<(MatmulPlan, usize)> {
+    GemmSetup {
+        threads,
+        panel_max_rows,
+    }: GemmSetup,
+) -> Option<(MatmulPlan, usize, usize)> {
     let (dims, strides) = (operand.dims(), operand.strides());
     let [k, n] = *dims else { return None };
     let [sk, sn] = *strides else { return None };
@@ -641,7 +654,9 @@ fn pack_rhs(
     if sk != 1 || sn <= 1 || k < 2 || n < 2 {
         return None;
     }
-    let mut plan = MatmulPlan::new(dtype, lhs, &MatmulOperand::contiguous(dims)).ok()?;
+    let mut plan = MatmulPlan::new(dtype, lhs, &MatmulOperand::contiguous(dims))
+        .ok()?
+        .with_panel_max_rows(panel_max_rows);
     let blocks = plan.rhs_column_blocks(threads);
     let panels = plan.panel_rhs(threads).is_ok();
     if blocks.is_some() && !panels {
@@ -655,16 +670,19 @@ fn pack_rhs(
         blocks.clone(),
         panels,
     );
-    if let Some(&slot) = packed.get(&key) {
-        return Some((plan, slot));
+    if let Some(&(slot, at)) = packed.get(&key) {
+        return Some((plan, slot, at));
     }
     // Element `(i, j)` of the `[k, n]` operand in the bound buffer.
     let at = |i: usize, j: usize| offset + i + j * sn as usize;
+    let mut first = 0;
     let tensor = if panels {
         let TensorData::F32(v) = t.data() else {
             return None;
         };
         let data = plan.pack_panels(threads, |i, j| v[at(i, j)]);
+        let (data, start) = line_aligned(data);
+        first = start;
         HostTensor::new(Shape::new(&[data.len()]), TensorData::F32(data)).ok()?
     } else {
         let blocks = blocks.unwrap_or_else(|| std::iter::once(0..n).collect());
@@ -676,8 +694,19 @@ fn pack_rhs(
         HostTensor::new(Shape::new(&[k, n]), data).ok()?
     };
     slots.push(Slot::Bound(tensor));
-    packed.insert(key, slots.len() - 1);
-    Some((plan, slots.len() - 1))
+    packed.insert(key, (slots.len() - 1, first));
+    Some((plan, slots.len() - 1, first))
+}
+
+/// `data` copied after enough zeros that it starts at a 64-byte boundary of the new vector
+/// (whose heap block does not move when the vector does), and that number of zeros.
+fn line_aligned(data: Vec<f32>) -> (Vec<f32>, usize) {
+    const LINE: usize = 64 / std::mem::size_of::<f32>();
+    let mut out: Vec<f32> = Vec::with_capacity(data.len() + LINE - 1);
+    let pad = out.as_ptr().align_offset(64).min(LINE - 1);
+    out.resize(pad, 0.0);
+    out.extend_from_slice(&data);
+    (out, pad)
 }
 
 /// The `[k, n]` operand whose element `(i, j)` is `v[offset + i + j * sn]` (stored transposed,
@@ -747,13 +776,21 @@ fn bind_used(
     }
 }
 
+/// What a GEMM step's plan depends on besides the step: the pool's size and
+/// [`CpuOptions::panel_max_rows`].
+#[derive(Clone, Copy)]
+struct GemmSetup {
+    threads: usize,
+    panel_max_rows: usize,
+}
+
 fn gemm_step(
     program: &Program,
     g: &Gemm,
     slots: &mut Vec<Slot>,
     sources: &[Option<&HostTensor>],
     packed: &mut Packed,
-    threads: usize,
+    setup: GemmSetup,
 ) -> Result<ExecStep> {
     let decl = |b: u32| &program.buffers[b as usize];
     let operand = |o: &smelt_passes::kernel::GemmOperand| -> Result<(MatmulOperand, usize)> {
@@ -805,14 +842,18 @@ fn gemm_step(
             (b_buf, b_off, &b),
             &a,
             g.dtype,
-            threads,
+            setup,
         )
     } else {
         None
     };
     let (plan, b_buf, b_off) = match packed_rhs {
-        Some((plan, slot)) => (plan, slot, 0),
-        None => (MatmulPlan::new(g.dtype, &a, &b)?, b_buf, b_off),
+        Some((plan, slot, at)) => (plan, slot, at),
+        None => (
+            MatmulPlan::new(g.dtype, &a, &b)?.with_panel_max_rows(setup.panel_max_rows),
+            b_buf,
+            b_off,
+        ),
     };
     let out = decl(g.out.0);
     if out.dtype != g.dtype || plan.out_len() > out.numel || plan.out_dims() != g.out_shape {

@@ -131,6 +131,9 @@ pub struct MatmulPlan {
     rhs_blocked: Option<usize>,
     /// Set by [`MatmulPlan::panel_rhs`]: each block is stored in the panel kernel's layout.
     rhs_panels: bool,
+    /// The most rows a product may have to run on the panel kernel (see
+    /// [`MatmulPlan::with_panel_max_rows`]).
+    panel_max_rows: usize,
 }
 
 impl MatmulPlan {
@@ -183,18 +186,28 @@ impl MatmulPlan {
             batch_dims,
             rhs_blocked: None,
             rhs_panels: false,
+            panel_max_rows: PANEL_MAX_ROWS,
         };
         Ok(plan)
     }
 
+    /// The plan with products of at most `rows` rows, instead of
+    /// [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS), running on the panel kernel (the rest on
+    /// `gemm`): for measuring one against the other. Call it before
+    /// [`MatmulPlan::panel_rhs`].
+    pub fn with_panel_max_rows(mut self, rows: usize) -> MatmulPlan {
+        self.panel_max_rows = rows;
+        self
+    }
+
     /// Whether this product runs on the panel kernel (`panel.rs`): one f32 matrix product (no
     /// batch dims: a linear layer) with at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS)
-    /// rows, on a CPU with AVX-512F. (Batched products, attention's, are small per batch;
+    /// rows (or [`MatmulPlan::with_panel_max_rows`]'s), on a CPU with AVX-512F. (Batched products, attention's, are small per batch;
     /// `gemm` runs them faster.)
     pub fn uses_panels(&self) -> bool {
         self.dtype == DType::F32
             && self.batch_dims.is_empty()
-            && self.m <= PANEL_MAX_ROWS
+            && self.m <= self.panel_max_rows
             && panel::available()
     }
 
