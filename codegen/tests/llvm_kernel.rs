@@ -1126,6 +1126,23 @@ mod with_llvm {
         assert!(!interleaves(&ew, &ew_decls));
     }
 
+    /// The one fused kernel of `program`, compiled with the default
+    /// [`JitOptions::interleave_vectors`] (four) and without it (`None`).
+    fn four_and_one<'p>(
+        program: &'p Program,
+        what: &str,
+    ) -> (&'p Kernel, CompiledKernels, CompiledKernels) {
+        let ks: Vec<&Kernel> = program.kernels().collect();
+        assert_eq!(ks.len(), 1, "{what}: one fused kernel");
+        let own = JitOptions {
+            interleave_vectors: None,
+            ..JitOptions::default()
+        };
+        let four = compile_program_kernels(&ks, &program.buffers, &JitOptions::default());
+        let one = compile_program_kernels(&ks, &program.buffers, &own);
+        (ks[0], four.unwrap(), one.unwrap())
+    }
+
     /// Interleaved vectors (`JitOptions::interleave_vectors`, four by default): store loops
     /// ask the loop vectoriser for four vectors per iteration, which it honours for long
     /// bodies it would otherwise leave at one (a `tanh` or `erf` chain: four vector divisions
@@ -1138,10 +1155,6 @@ mod with_llvm {
     fn interleaved_vectors_give_the_same_bits() {
         use smelt_frontend::GeluApproximation;
         assert_eq!(JitOptions::default().interleave_vectors, Some(4));
-        let own = JitOptions {
-            interleave_vectors: None,
-            ..JitOptions::default()
-        };
         let builds: [(&str, RowBuild, &str); 2] = [
             (
                 "tanh chain",
@@ -1167,12 +1180,7 @@ mod with_llvm {
             for (rows, cols) in [(1, 1), (1, 15), (3, 64), (2, 65), (7, 203), (2, 1000)] {
                 let what = format!("{name} {rows}x{cols}");
                 let program = row_program(build, rows, cols);
-                let ks: Vec<&Kernel> = program.kernels().collect();
-                assert_eq!(ks.len(), 1, "{what}: one fused kernel");
-                let k = ks[0];
-                let four = compile_program_kernels(&ks, &program.buffers, &JitOptions::default());
-                let one = compile_program_kernels(&ks, &program.buffers, &own);
-                let (four, one) = (four.unwrap(), one.unwrap());
+                let (k, four, one) = four_and_one(&program, &what);
                 if cfg!(target_arch = "x86_64") && rows * cols >= 64 {
                     let (n4, n1) = (first_entry_lines(&four, op), first_entry_lines(&one, op));
                     assert!(n1 > 0 && n4 > n1, "{what}: {n4} vector `{op}` against {n1}");
@@ -1191,20 +1199,11 @@ mod with_llvm {
     /// grouped form's row kernels compute more 16-float vectors per loop iteration.
     #[test]
     fn grouped_split_blocks_give_the_same_bits() {
-        let own = JitOptions {
-            interleave_vectors: None,
-            ..JitOptions::default()
-        };
         for (name, build) in row_builds() {
             for cols in [32, 80, 135, 203, 768] {
                 let what = format!("{name} 3x{cols}");
                 let program = row_program(build, 3, cols);
-                let ks: Vec<&Kernel> = program.kernels().collect();
-                assert_eq!(ks.len(), 1, "{what}: one fused kernel");
-                let k = ks[0];
-                let four = compile_program_kernels(&ks, &program.buffers, &JitOptions::default());
-                let one = compile_program_kernels(&ks, &program.buffers, &own);
-                let (four, one) = (four.unwrap(), one.unwrap());
+                let (k, four, one) = four_and_one(&program, &what);
                 if cfg!(target_arch = "x86_64") && cols == 768 {
                     let vectors = "<16 x float>";
                     let (n4, n1) = (

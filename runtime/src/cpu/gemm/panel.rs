@@ -13,7 +13,7 @@
 //! is prefetched. Measured on the 2-core development VM (see BENCHMARKS.md), the BERT layer's
 //! linear layers at 32 tokens: 32 x 768 x 3072 0.77 ms instead of 1.67 ms with `gemm`,
 //! 32 x 3072 x 768 0.79 instead of 1.42 ms, 32 x 768 x 768 0.17 instead of 0.35–0.41 ms. At
-//! 128 rows the gain is smaller, about 4% on the MLP and encoder-layer cases of `smelt
+//! 128 rows the gain is smaller, about 5% on the MLP and encoder-layer cases of `smelt
 //! bench` (with the packed weights 64-byte aligned, see `cpu/exec.rs`); larger products stay
 //! with `gemm`.
 //!
@@ -32,7 +32,7 @@ pub(super) const PAIR: usize = 2 * PANEL;
 const MR: usize = 12;
 /// Products with at most this many rows use the panel kernel (where the CPU has AVX-512).
 /// 128 since the seventeenth session (64 before): a BERT layer's 128-token linear layers run
-/// 4% faster here than on `gemm`, whose per-call packing of the weight they then skip
+/// about 5% faster here than on `gemm`, whose per-call packing of the weight they then skip
 /// (`smelt bench --compare gemm-panel-rows`, BENCHMARKS.md).
 pub const PANEL_MAX_ROWS: usize = 128;
 
