@@ -61,7 +61,7 @@ pub struct CpuOptions {
     pub red_zone: usize,
     /// f32 matrix products of at most this many rows run on smelt's AVX-512 panel kernel
     /// (`MatmulPlan::with_panel_max_rows`), the rest on the `gemm` crate. `None`:
-    /// [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS). For measuring one against the other;
+    /// [`PANEL_MAX_ROWS`]. For measuring one against the other;
     /// results differ by rounding only (the two sum in different orders).
     pub panel_max_rows: Option<usize>,
 }
