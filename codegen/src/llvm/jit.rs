@@ -15,7 +15,8 @@
 //! 4. the new pass manager's `default<On>` pipeline, with loop and SLP vectorisation on, against a
 //!    target machine for the chosen CPU (so the vectoriser's cost model knows the vector width),
 //!    followed at O2 and O3 by `function(dse,instcombine)` (dead stores the vectoriser and
-//!    unroller leave in split reductions' scratch arrays, see [`compile`]); then, where the kernels call functions with vector variants (AVX-512 `vscalefps`, see
+//!    unroller leave in split reductions' scratch arrays, see [`compile`]); then, where the
+//!    kernels call functions with vector variants (AVX-512 `vscalefps`, see
 //!    `kernel/scalef.rs`), `always-inline,globaldce` to inline them once the vectoriser has
 //!    picked its variants;
 //! 5. the optimised IR is printed (kept for snapshots and debugging);

@@ -675,15 +675,13 @@ fn pack_rhs(
     }
     // Element `(i, j)` of the `[k, n]` operand in the bound buffer.
     let at = |i: usize, j: usize| offset + i + j * sn as usize;
-    let mut first = 0;
-    let tensor = if panels {
+    let (tensor, first) = if panels {
         let TensorData::F32(v) = t.data() else {
             return None;
         };
-        let data = plan.pack_panels(threads, |i, j| v[at(i, j)]);
-        let (data, start) = line_aligned(data);
-        first = start;
-        HostTensor::new(Shape::new(&[data.len()]), TensorData::F32(data)).ok()?
+        let (data, first) = plan.pack_panels_aligned(threads, |i, j| v[at(i, j)]);
+        let tensor = HostTensor::new(Shape::new(&[data.len()]), TensorData::F32(data)).ok()?;
+        (tensor, first)
     } else {
         let blocks = blocks.unwrap_or_else(|| std::iter::once(0..n).collect());
         let data = match t.data() {
@@ -691,22 +689,11 @@ fn pack_rhs(
             TensorData::F64(v) => TensorData::F64(copy_blocks(v, offset, sn as usize, k, &blocks)),
             _ => return None,
         };
-        HostTensor::new(Shape::new(&[k, n]), data).ok()?
+        (HostTensor::new(Shape::new(&[k, n]), data).ok()?, 0)
     };
     slots.push(Slot::Bound(tensor));
     packed.insert(key, (slots.len() - 1, first));
     Some((plan, slots.len() - 1, first))
-}
-
-/// `data` copied after enough zeros that it starts at a 64-byte boundary of the new vector
-/// (whose heap block does not move when the vector does), and that number of zeros.
-fn line_aligned(data: Vec<f32>) -> (Vec<f32>, usize) {
-    const LINE: usize = 64 / std::mem::size_of::<f32>();
-    let mut out: Vec<f32> = Vec::with_capacity(data.len() + LINE - 1);
-    let pad = out.as_ptr().align_offset(64).min(LINE - 1);
-    out.resize(pad, 0.0);
-    out.extend_from_slice(&data);
-    (out, pad)
 }
 
 /// The `[k, n]` operand whose element `(i, j)` is `v[offset + i + j * sn]` (stored transposed,

@@ -202,8 +202,8 @@ impl MatmulPlan {
 
     /// Whether this product runs on the panel kernel (`panel.rs`): one f32 matrix product (no
     /// batch dims: a linear layer) with at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS)
-    /// rows (or [`MatmulPlan::with_panel_max_rows`]'s), on a CPU with AVX-512F. (Batched products, attention's, are small per batch;
-    /// `gemm` runs them faster.)
+    /// rows (or [`MatmulPlan::with_panel_max_rows`]'s), on a CPU with AVX-512F. (Batched
+    /// products, attention's, are small per batch; `gemm` runs them faster.)
     pub fn uses_panels(&self) -> bool {
         self.dtype == DType::F32
             && self.batch_dims.is_empty()
@@ -231,16 +231,45 @@ impl MatmulPlan {
     /// declared for `threads` threads: each block from element `k * c` of its first column
     /// `c` (a multiple of 32), whole 32-column pairs, zeros past the last column.
     pub fn pack_panels(&self, threads: usize, at: impl Fn(usize, usize) -> f32) -> Vec<f32> {
+        let mut out = Vec::with_capacity(panel::packed_len(self.k, self.n));
+        self.pack_panels_into(&mut out, threads, at);
+        out
+    }
+
+    /// [`MatmulPlan::pack_panels`] after as many zeros (fewer than 16) as put the first packed
+    /// element on a 64-byte boundary of the vector (whose heap block stays where it is when
+    /// the vector moves), so that the panel kernel's vector loads never split a cache line;
+    /// returns the vector and that number of zeros, the packed operand's element offset.
+    pub fn pack_panels_aligned(
+        &self,
+        threads: usize,
+        at: impl Fn(usize, usize) -> f32,
+    ) -> (Vec<f32>, usize) {
+        const LINE: usize = 64 / std::mem::size_of::<f32>();
+        let mut out: Vec<f32> = Vec::with_capacity(LINE - 1 + panel::packed_len(self.k, self.n));
+        let pad = out.as_ptr().align_offset(64).min(LINE - 1);
+        out.resize(pad, 0.0);
+        // Within the capacity: the vector is not reallocated, the alignment holds.
+        self.pack_panels_into(&mut out, threads, at);
+        (out, pad)
+    }
+
+    /// Appends the packed operand of [`MatmulPlan::pack_panels`] to `out`.
+    fn pack_panels_into(
+        &self,
+        out: &mut Vec<f32>,
+        threads: usize,
+        at: impl Fn(usize, usize) -> f32,
+    ) {
         let (k, n) = (self.k, self.n);
         let blocks = self
             .rhs_column_blocks(threads)
             .unwrap_or_else(|| std::iter::once(0..n).collect());
-        let mut out = Vec::with_capacity(panel::packed_len(k, n));
+        let base = out.len();
         for b in blocks.into_iter().filter(|b| !b.is_empty()) {
-            debug_assert_eq!(out.len(), k * b.start, "blocks start at k * column");
-            panel::pack_panels(&mut out, k, b, &at);
+            debug_assert_eq!(out.len() - base, k * b.start, "blocks start at k * column");
+            panel::pack_panels(out, k, b, &at);
         }
-        out
     }
 
     /// The column ranges of the tiles a pool of `threads` threads splits this product into,
