@@ -397,6 +397,7 @@ fn explain(
         elapsed.as_secs_f64() * 1e3
     );
     let _ = write!(out, "{}", opt.plan);
+    let _ = write!(out, "{}", opt.plan.explain_boundaries());
     if let Some(path) = dot {
         std::fs::write(path, opt.plan.to_dot()).map_err(|e| smelt::Error::File {
             path: path.to_path_buf(),

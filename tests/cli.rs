@@ -370,9 +370,44 @@ fn explain_shows_the_plan_bytes_and_stop_reasons() {
         .unwrap()
         .starts_with("digraph plan"));
 
+    // One kernel: nothing is kept apart.
+    assert!(!stdout.contains("kept apart"), "{stdout}");
+
     let unfused = text(&smelt(&["explain", example.to_str().unwrap(), "--no-fuse"]).stdout);
     assert!(!unfused.contains("-> 1 kernels"), "{unfused}");
     assert!(unfused.contains("1.00x less"), "{unfused}");
+    assert!(
+        unfused.contains("rule `elementwise-chain` would merge"),
+        "{unfused}"
+    );
+}
+
+#[test]
+fn explain_says_why_kernels_stay_apart() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mlp.smelt");
+    let out = smelt(&["explain", example.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    // matmul -> bias+relu -> matmul -> bias: three values between four kernels.
+    let (_, apart) = stdout
+        .split_once("kept apart: 3 values written by one kernel and read by another\n")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let lines: Vec<&str> = apart.lines().collect();
+    assert_eq!(lines.len(), 3, "{apart}");
+    assert!(
+        lines[0].starts_with("  %5 k0 -> k1: k0 is a matmul"),
+        "{apart}"
+    );
+    assert!(lines[0].contains("GEMM epilogues are not fused"), "{apart}");
+    assert!(
+        lines[1].starts_with("  %7 k1 -> k2: k2 is a matmul"),
+        "{apart}"
+    );
+    assert!(lines[1].contains("%7 relu f32[8, 32]"), "{apart}");
+    assert!(
+        lines[2].starts_with("  %8 k2 -> k3: k2 is a matmul"),
+        "{apart}"
+    );
 }
 
 /// The entry points a kernel IR listing (`--emit kernels`) names, from its `kernel NAME (…`

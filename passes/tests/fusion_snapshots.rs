@@ -35,7 +35,8 @@ fn check(name: &str, graph: Graph, kernels: Option<usize>, run: bool) -> FusionP
         assert_eq!(want, got);
     }
     let text = format!(
-        "{plan}greedy baseline: {} kernels, modelled cost {} B\n",
+        "{plan}{}greedy baseline: {} kernels, modelled cost {} B\n",
+        plan.explain_boundaries(),
         base.kernel_count(),
         base.cost()
     );

@@ -338,34 +338,84 @@ fn view_of_input(ctx: &Ctx, nodes: &[NodeId], n: NodeId) -> bool {
 /// The kind of kernel that computes `nodes` (sorted, unique), or `None` if no single kernel
 /// can. See the module docs for the rules.
 pub(crate) fn classify(ctx: &Ctx, nodes: &[NodeId]) -> Option<KernelKind> {
-    let root = *nodes.last()?;
-    let (mut heavy, mut elementwise, mut reduces) = (0usize, 0usize, 0usize);
+    classify_why(ctx, nodes).ok()
+}
+
+/// Why no single kernel computes a set of ops: the first rule of the module docs it breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reject {
+    /// An input, parameter or constant: never computed by a kernel.
+    Leaf(NodeId),
+    /// A matmul, concat, pad or gather with another op that is not a view of its operands:
+    /// such a kernel computes that one op alone.
+    NotAlone { heavy: NodeId, other: NodeId },
+    /// A matmul operand reached through an op other than one transpose and reshapes.
+    GemmOperand(NodeId),
+    /// Two reductions over different input shapes or axes.
+    Rows { first: NodeId, second: NodeId },
+    /// An op of a row kernel at a shape that is neither the reduced input's nor a row's.
+    Shape(NodeId),
+    /// A view inside a row kernel that is not a load and moves rows (or leaves the row level).
+    View(NodeId),
+    /// An elementwise op of a row kernel reading an operand computed at another level (a
+    /// row-level op reading element-level values, or an operand of a third shape).
+    Level { op: NodeId, operand: NodeId },
+    /// The empty set.
+    Empty,
+}
+
+/// [`classify`], saying which rule a set of ops breaks when no kernel computes it.
+pub(crate) fn classify_why(ctx: &Ctx, nodes: &[NodeId]) -> Result<KernelKind, Reject> {
+    let root = *nodes.last().ok_or(Reject::Empty)?;
+    let (mut heavy, mut other) = (None::<NodeId>, None::<NodeId>);
+    let mut heavies = 0usize;
+    let mut reduces = 0usize;
+    let mut elementwise = 0usize;
     for &n in nodes {
         match ctx.cat(n) {
-            Cat::Leaf => return None,
-            Cat::Elementwise => elementwise += 1,
+            Cat::Leaf => return Err(Reject::Leaf(n)),
+            Cat::Elementwise => {
+                elementwise += 1;
+                other.get_or_insert(n);
+            }
             Cat::View => {}
-            Cat::Reduce => reduces += 1,
-            Cat::MatMul | Cat::Concat | Cat::Pad | Cat::Gather => heavy += 1,
+            Cat::Reduce => {
+                reduces += 1;
+                other.get_or_insert(n);
+            }
+            Cat::MatMul | Cat::Concat | Cat::Pad | Cat::Gather => {
+                heavies += 1;
+                match heavy {
+                    None => heavy = Some(n),
+                    Some(_) => {
+                        other.get_or_insert(n);
+                    }
+                }
+            }
         }
     }
-    if heavy > 0 {
-        if heavy > 1 || elementwise > 0 || reduces > 0 {
-            return None;
+    if let Some(h) = heavy {
+        if heavies > 1 || elementwise > 0 || reduces > 0 {
+            let other = other.unwrap_or(h);
+            return Err(Reject::NotAlone { heavy: h, other });
         }
         return match ctx.cat(root) {
-            Cat::MatMul => gemm_operands_ok(ctx, nodes).then_some(KernelKind::MatMul),
+            Cat::MatMul => gemm_operands_why(ctx, nodes).map(|_| KernelKind::MatMul),
             // Every other op is a view; views of the operands are loads.
-            Cat::Concat => Some(KernelKind::Concat),
-            Cat::Pad => Some(KernelKind::Pad),
-            Cat::Gather => Some(KernelKind::Gather),
-            _ => None,
+            Cat::Concat => Ok(KernelKind::Concat),
+            Cat::Pad => Ok(KernelKind::Pad),
+            Cat::Gather => Ok(KernelKind::Gather),
+            // A view of the heavy op's value: a kernel computes the heavy op alone.
+            _ => Err(Reject::NotAlone {
+                heavy: h,
+                other: root,
+            }),
         };
     }
     if reduces > 0 {
-        return row_kernel_ok(ctx, nodes).then_some(KernelKind::Reduction);
+        return row_kernel_why(ctx, nodes).map(|_| KernelKind::Reduction);
     }
-    Some(if elementwise == 0 {
+    Ok(if elementwise == 0 {
         KernelKind::Copy
     } else {
         KernelKind::Elementwise
@@ -384,7 +434,12 @@ pub(crate) fn is_transpose(perm: &[usize]) -> bool {
 /// The operand chains of a GEMM root: `[transpose]? reshape*` down to the stored buffer, and
 /// every other op of the body on such a chain. Returns the transpose flags, or `None`.
 pub(crate) fn gemm_flags(ctx: &Ctx, nodes: &[NodeId]) -> Option<[bool; 2]> {
-    let root = *nodes.last()?;
+    gemm_operands_why(ctx, nodes).ok()
+}
+
+/// [`gemm_flags`], saying which op of the body is off the operand chains when there are none.
+fn gemm_operands_why(ctx: &Ctx, nodes: &[NodeId]) -> Result<[bool; 2], Reject> {
+    let root = *nodes.last().ok_or(Reject::Empty)?;
     let mut on_chain: Vec<NodeId> = vec![root];
     let mut flags = [false; 2];
     for (i, o) in ctx.operands(root).into_iter().enumerate().take(2) {
@@ -401,18 +456,17 @@ pub(crate) fn gemm_flags(ctx: &Ctx, nodes: &[NodeId]) -> Option<[bool; 2]> {
                     on_chain.push(cur);
                     cur = *input;
                 }
-                _ => return None,
+                _ => return Err(Reject::GemmOperand(cur)),
             }
             first = false;
         }
     }
     on_chain.sort_unstable();
     on_chain.dedup();
-    (on_chain.len() == nodes.len()).then_some(flags)
-}
-
-fn gemm_operands_ok(ctx: &Ctx, nodes: &[NodeId]) -> bool {
-    gemm_flags(ctx, nodes).is_some()
+    match nodes.iter().find(|n| on_chain.binary_search(n).is_err()) {
+        Some(&off) => Err(Reject::GemmOperand(off)),
+        None => Ok(flags),
+    }
 }
 
 /// Whether view `n`, between two row-level values, leaves every row's value at its own row:
@@ -433,21 +487,28 @@ fn keeps_rows(ctx: &Ctx, n: NodeId) -> bool {
 }
 
 /// The row-kernel rules of the module docs.
-fn row_kernel_ok(ctx: &Ctx, nodes: &[NodeId]) -> bool {
-    let mut row: Option<(Shape, Vec<usize>)> = None;
+fn row_kernel_why(ctx: &Ctx, nodes: &[NodeId]) -> Result<(), Reject> {
+    let mut row: Option<(NodeId, Shape, Vec<usize>)> = None;
     for &n in nodes {
         if let Op::Reduce { input, axes, .. } = &ctx.graph.node(n).op {
             let mut a: Vec<usize> = axes.to_vec();
             a.sort_unstable();
-            let s = ctx.shape(*input).clone();
+            let s = ctx.shape(*input);
             match &row {
-                None => row = Some((s, a)),
-                Some((s0, a0)) if *s0 == s && *a0 == a => {}
-                Some(_) => return false,
+                None => row = Some((n, s.clone(), a)),
+                Some((_, s0, a0)) if s0 == s && *a0 == a => {}
+                Some((first, ..)) => {
+                    return Err(Reject::Rows {
+                        first: *first,
+                        second: n,
+                    })
+                }
             }
         }
     }
-    let Some((s, axes)) = row else { return false };
+    let Some((_, s, axes)) = row else {
+        return Err(Reject::Empty);
+    };
     let keep: Shape = Shape(
         s.dims()
             .iter()
@@ -473,14 +534,14 @@ fn row_kernel_ok(ctx: &Ctx, nodes: &[NodeId]) -> bool {
                 if !view_of_input(ctx, nodes, n) {
                     let o = ctx.operands(n)[0];
                     if !(is_row(sh) && is_row(ctx.shape(o)) && keeps_rows(ctx, n)) {
-                        return false;
+                        return Err(Reject::View(n));
                     }
                 }
             }
             Cat::Elementwise => {
                 let element_level = *sh == s;
                 if !element_level && !is_row(sh) {
-                    return false;
+                    return Err(Reject::Shape(n));
                 }
                 for o in ctx.operands(n) {
                     if !in_body(o) || view_of_input(ctx, nodes, o) {
@@ -493,12 +554,13 @@ fn row_kernel_ok(ctx: &Ctx, nodes: &[NodeId]) -> bool {
                         is_row(so)
                     };
                     if !ok {
-                        return false;
+                        return Err(Reject::Level { op: n, operand: o });
                     }
                 }
             }
-            _ => return false,
+            // Not reached: `classify_why` sends bodies with a heavy op elsewhere.
+            _ => return Err(Reject::Shape(n)),
         }
     }
-    true
+    Ok(())
 }

@@ -53,6 +53,10 @@
 //! largest recompute-free body and (when the producer has readers outside the consumer) its
 //! single op.
 //!
+//! **Why kernels stay apart.** Every plan carries [`FusionPlan::boundaries`]: for each value
+//! one kernel writes and another reads, the reason ([`Apart`]) the reader does not compute it,
+//! derived by `why.rs` from the same rules, kernel checks ([`Reject`]) and cost model.
+//!
 //! **Plan validity** is checked by [`check_plan`] and [`eval_plan`], which runs each kernel's
 //! ops through the reference interpreter reading only buffers available at that point.
 //! Every rule is property-tested alone through [`plan_with_rules`] (`tests/fusion_rules.rs`),
@@ -88,11 +92,13 @@ mod multi;
 mod order;
 mod plan;
 mod rules;
+mod why;
 
 pub use eval::{check_plan, eval_plan, PlanError};
 pub use extract::LAUNCH_COST_BYTES;
-pub use kernel::KernelKind;
+pub use kernel::{KernelKind, Reject};
 pub use plan::{Access, FusionPlan, Kernel, KernelInput, KernelOutput, Source, Strided};
+pub use why::{Apart, Boundary};
 
 use crate::{PassError, PassOptions, SaturationReport};
 use egg::{BackoffScheduler, Runner, StopReason};
@@ -135,7 +141,8 @@ pub fn plan(
     } else {
         unfused
     };
-    let plan = plan::build(&ctx, &stage.protos, unfused_kernels, unfused_cost);
+    let rules: &[Rule] = if opts.fuse { &Rule::ALL } else { &Rule::VIEWS };
+    let plan = plan::build(&ctx, &stage.protos, rules, unfused_kernels, unfused_cost);
     Ok((plan, stage.report))
 }
 
@@ -190,6 +197,7 @@ pub fn plan_with_rules(
     let plan = plan::build(
         &ctx,
         &stage.protos,
+        &chosen,
         unfused.protos.len(),
         cost_of(&ctx, &unfused.protos),
     );
@@ -208,7 +216,13 @@ pub fn greedy_baseline(graph: &Graph) -> FusionPlan {
     };
     let ctx = Arc::new(ctx);
     let u = run(&ctx, &opts, &Setup::UNFUSED);
-    plan::build(&ctx, &protos, u.protos.len(), cost_of(&ctx, &u.protos))
+    plan::build(
+        &ctx,
+        &protos,
+        &Rule::ALL,
+        u.protos.len(),
+        cost_of(&ctx, &u.protos),
+    )
 }
 
 fn cost_of(ctx: &Ctx, protos: &[Proto]) -> u64 {

@@ -2,6 +2,8 @@
 
 use super::extract::LAUNCH_COST_BYTES;
 use super::kernel::{gemm_flags, Cat, Ctx, KernelKind};
+use super::rules::Rule;
+use super::why::{self, Boundary};
 use smelt_ir::{NodeId, Op, Shape, TensorType};
 use std::fmt::{self, Write as _};
 
@@ -87,6 +89,9 @@ pub struct FusionPlan {
     pub unfused_kernels: usize,
     /// Modelled cost of the unfused plan of the same graph (bytes-equivalent).
     pub unfused_cost: u64,
+    /// Every value one kernel writes and another reads, and why the reader does not compute
+    /// it (in kernel order, then input order). See [`FusionPlan::explain_boundaries`].
+    pub boundaries: Vec<Boundary>,
 }
 
 impl FusionPlan {
@@ -106,6 +111,25 @@ impl FusionPlan {
     /// [`LAUNCH_COST_BYTES`] per kernel.
     pub fn cost(&self) -> u64 {
         self.bytes_read() + self.bytes_written() + self.kernels.len() as u64 * LAUNCH_COST_BYTES
+    }
+
+    /// The [`FusionPlan::boundaries`] as text, one line per value kept in memory between two
+    /// kernels (empty for a plan without any).
+    pub fn explain_boundaries(&self) -> String {
+        let mut s = String::new();
+        if self.boundaries.is_empty() {
+            return s;
+        }
+        let n = self.boundaries.len();
+        let _ = writeln!(
+            s,
+            "kept apart: {n} value{} written by one kernel and read by another",
+            if n == 1 { "" } else { "s" }
+        );
+        for b in &self.boundaries {
+            let _ = writeln!(s, "  {b}");
+        }
+        s
     }
 
     /// The plan as a Graphviz digraph: kernels are boxes, buffers ellipses.
@@ -266,9 +290,12 @@ impl Proto {
 }
 
 /// Builds the plan from protos in execution order.
+/// Builds the plan from protos in execution order; `rules` are the merge rules the plan was
+/// made with (what its [`FusionPlan::boundaries`] may say a merge is missing).
 pub(crate) fn build(
     ctx: &Ctx,
     protos: &[Proto],
+    rules: &[Rule],
     unfused_kernels: usize,
     unfused_cost: u64,
 ) -> FusionPlan {
@@ -276,7 +303,13 @@ pub(crate) fn build(
     let mut producer: Vec<Option<usize>> = vec![None; g.len()];
     let mut computed = vec![0usize; g.len()];
     let mut kernels = Vec::with_capacity(protos.len());
+    let mut boundaries = Vec::new();
     for (id, p) in protos.iter().enumerate() {
+        for &i in &p.inputs {
+            if let Some(from) = producer[i.index()] {
+                boundaries.push(why::boundary(ctx, protos, rules, i, from, id));
+            }
+        }
         for &n in &p.nodes {
             computed[n.index()] += 1;
         }
@@ -357,6 +390,7 @@ pub(crate) fn build(
         recomputed_ops: computed.iter().filter(|&&c| c > 1).count(),
         unfused_kernels,
         unfused_cost,
+        boundaries,
     }
 }
 

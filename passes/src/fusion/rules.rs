@@ -52,7 +52,7 @@ impl Rule {
         }
     }
 
-    fn admits(self, consumer: KernelKind, producer: KernelKind) -> bool {
+    pub(crate) fn admits(self, consumer: KernelKind, producer: KernelKind) -> bool {
         use KernelKind::*;
         match self {
             Rule::FoldView => producer == Copy && consumer != MatMul,
