@@ -8,6 +8,7 @@ of smelt: this script is run by hand.
     python3 benches/peers/peers.py [--device cpu|cuda] [--case NAME]... [--quick]
                                    [--json OUT.json] [--smelt SMELT.json] [--no-compile]
                                    [--threads N] [--mode MODE] [--min-time-ms MS]
+                                   [--smelt-bin PATH --rounds N [--smelt-min-time-ms MS]]
 
 `--smelt` takes the JSON written by `smelt bench --json` (same device, same machine) and
 prints smelt's ratios next to PyTorch's: eager / smelt and torch.compile / smelt (> 1 means
@@ -15,6 +16,14 @@ smelt is faster), for smelt's preallocated (`run_into`) and fresh (`run`) output
 always returns fresh outputs. smelt's figures are its fused plan called back to back
 (`fused_alone` in the JSON, as PyTorch is timed here), or, in JSON from before that series
 existed, the fused calls that alternated with the unfused plan's.
+
+`--smelt-bin PATH --rounds N` measures both sides in turns instead, for ratios that a noisy
+machine moves less: after PyTorch's warm-up (and torch.compile's compile), each of N rounds
+runs `PATH bench --no-stream --json …` for the selected cases in a child process, then times
+PyTorch eager and torch.compile on the same cases in this one; each round gives one ratio per
+case (PyTorch's time over smelt's fused `run_into` called back to back, `fused_alone`), and
+the table shows their median with the lowest and highest. `--smelt-min-time-ms` sets smelt's
+series length (default: this script's).
 
 Timing: median wall time of repeated calls after warm-up (torch.compile's first call, which
 compiles, is timed separately as its compile time); on CUDA the device is synchronised before
@@ -29,7 +38,9 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 try:
@@ -227,8 +238,15 @@ def main():
         help="stop starting new measurements after this many seconds (what was measured is "
         "still printed and written)",
     )
+    ap.add_argument("--smelt-bin", help="the smelt binary to run in turns with PyTorch")
+    ap.add_argument("--rounds", type=int, default=0, help="rounds of smelt then PyTorch")
+    ap.add_argument("--smelt-min-time-ms", type=float, default=None)
     a = ap.parse_args()
     started = time.perf_counter()
+    if bool(a.smelt_bin) != (a.rounds > 0):
+        sys.exit("peers.py: --smelt-bin and --rounds go together")
+    if a.smelt_bin and a.smelt:
+        sys.exit("peers.py: --smelt (a finished run) or --smelt-bin (runs in turns), not both")
 
     def over_budget():
         return a.budget_s is not None and time.perf_counter() - started > a.budget_s
@@ -336,6 +354,10 @@ def main():
                 r["compile_error"] = msg
             write_json()
 
+    if a.rounds:
+        rounds(a, device, cases, min_time, min_iters, write_json)
+        return
+
     head = f"{'case':<30} {'shape':>16} {'eager':>10} {'compiled':>10} {'compile':>9}"
     if smelt:
         head += f" {'smelt into':>10} {'smelt run':>10} {'eager/sm':>9} {'comp/sm':>9} {'eager/run':>9} {'comp/run':>9}"
@@ -361,6 +383,81 @@ def main():
         print(line)
     if smelt:
         print("ratios > 1: smelt (fused) is faster; 'sm' = smelt run_into, 'run' = smelt run")
+    if a.json:
+        write_json()
+        print(f"wrote {a.json}")
+
+
+def smelt_round(a, names, quick):
+    """One `smelt bench` run of `names`: {name: case} from its JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "smelt.json")
+        cmd = [a.smelt_bin, "bench", "--device", a.device.split(":")[0], "--no-stream",
+               "--json", out]
+        if quick:
+            cmd.append("--quick")
+        if a.smelt_min_time_ms is not None or a.min_time_ms is not None:
+            ms = a.smelt_min_time_ms if a.smelt_min_time_ms is not None else a.min_time_ms
+            cmd += ["--min-time-ms", str(ms)]
+        for n in names:
+            cmd += ["--case", n]
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            sys.exit(f"peers.py: {' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
+        with open(out) as fh:
+            report = json.load(fh)
+    return {c["name"]: c for c in report["cases"]}
+
+
+def rounds(a, device, cases, min_time, min_iters, write_json):
+    """`--rounds`: smelt and PyTorch in turns, one ratio per round and case."""
+    compiled = {}
+    for name, (r, fn, args, out) in cases.items():
+        if "compiled_ms" in r:
+            torch._dynamo.reset()
+            c = torch.compile(fn, mode=a.mode)
+            c(*args)  # compiled already above: this call only warms up
+            compiled[name] = c
+    names = list(cases)
+    for rnd in range(a.rounds):
+        print(f"round {rnd + 1}/{a.rounds}: smelt", file=sys.stderr, flush=True)
+        sm = smelt_round(a, names, a.quick)
+        print(f"round {rnd + 1}/{a.rounds}: PyTorch", file=sys.stderr, flush=True)
+        for name, (r, fn, args, out) in cases.items():
+            s = sm.get(name)
+            if s is None or s["min_bytes"] != r["min_bytes"]:
+                sys.exit(f"peers.py: smelt's {name} is missing or has other shapes")
+            into = s["fused_alone"]["run_into"]["median_ms"]
+            eager, _ = timed(fn, args, device, min_time, min_iters)
+            row = {"smelt_ms": into, "eager_ms": eager * 1e3}
+            if name in compiled:
+                c, _ = timed(compiled[name], args, device, min_time, min_iters)
+                row["compiled_ms"] = c * 1e3
+            r.setdefault("rounds", []).append(row)
+        write_json()
+
+    def spread(xs):
+        return f"{statistics.median(xs):>6.2f}x ({min(xs):.2f}-{max(xs):.2f})"
+
+    print(f"{a.rounds} rounds, smelt then PyTorch; ratio = PyTorch time / smelt fused run_into "
+          "(> 1: smelt is faster), median (lowest-highest)")
+    print(f"{'case':<30} {'smelt':>10} {'eager':>10} {'compiled':>10} {'eager/smelt':>22} "
+          f"{'compiled/smelt':>22}")
+    for name, (r, *_rest) in cases.items():
+        rows = r["rounds"]
+        sm = statistics.median(x["smelt_ms"] for x in rows)
+        eg = statistics.median(x["eager_ms"] for x in rows)
+        line = f"{name:<30} {sm:>8.3f}ms {eg:>8.3f}ms "
+        e_ratio = [x["eager_ms"] / x["smelt_ms"] for x in rows]
+        r["eager_over_smelt_median"] = statistics.median(e_ratio)
+        if all("compiled_ms" in x for x in rows):
+            cm = statistics.median(x["compiled_ms"] for x in rows)
+            c_ratio = [x["compiled_ms"] / x["smelt_ms"] for x in rows]
+            r["compiled_over_smelt_median"] = statistics.median(c_ratio)
+            line += f"{cm:>8.3f}ms {spread(e_ratio):>22} {spread(c_ratio):>22}"
+        else:
+            line += f"{'-':>10} {spread(e_ratio):>22} {'-':>22}"
+        print(line)
     if a.json:
         write_json()
         print(f"wrote {a.json}")
