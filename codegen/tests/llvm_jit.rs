@@ -55,6 +55,38 @@ mod with_llvm {
         assert_eq!(module.functions().collect::<Vec<_>>(), vec![AXPY]);
     }
 
+    /// The object file a compile wrote loads again on its own (what the CPU runtime's disk
+    /// cache does), into code that computes the same bits, also once the first module is
+    /// gone; garbage is a typed error.
+    #[test]
+    fn a_module_loads_again_from_its_object_file() {
+        let options = JitOptions::default();
+        let first = axpy_module(&options);
+        let object = first.object().to_vec();
+        assert!(object.len() > 64, "{} bytes", object.len());
+        let functions: Vec<String> = first.functions().map(str::to_string).collect();
+        let again = JitModule::load("axpy_again", &options, String::new(), object, &functions)
+            .expect("the object loads");
+        assert_eq!(again.functions().collect::<Vec<_>>(), vec![AXPY]);
+        assert_eq!(again.object(), first.object());
+        drop(first);
+        for n in [0, 1, 31, 1027] {
+            check_axpy(&again, n);
+        }
+        let err = JitModule::load("junk", &options, String::new(), vec![7; 100], &functions)
+            .expect_err("not an object file");
+        assert!(matches!(err, LlvmError::Jit { .. }), "{err}");
+        let err = JitModule::load(
+            "axpy_missing",
+            &options,
+            String::new(),
+            again.object().to_vec(),
+            &["no_such_function".to_string()],
+        )
+        .expect_err("not defined");
+        assert!(err.to_string().contains("no_such_function"), "{err}");
+    }
+
     #[test]
     fn axpy_at_o0_is_scalar_and_still_correct() {
         let options = JitOptions {

@@ -59,6 +59,21 @@ impl JitModule {
         match self.never {}
     }
 
+    pub fn object(&self) -> &[u8] {
+        match self.never {}
+    }
+
+    /// Answers [`LlvmError::NotCompiledIn`].
+    pub fn load(
+        _name: &str,
+        _options: &JitOptions,
+        _ir: String,
+        _object: Vec<u8>,
+        _functions: &[String],
+    ) -> Result<JitModule> {
+        Err(LlvmError::NotCompiledIn)
+    }
+
     /// # Safety
     /// As in the LLVM build; never callable here (no `JitModule` exists).
     pub unsafe fn function<F: Copy>(&self, _name: &str) -> Result<F> {

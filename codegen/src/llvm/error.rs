@@ -39,7 +39,7 @@ pub enum LlvmError {
         pipeline: String,
         message: String,
     },
-    /// The execution engine could not be created or could not compile the module.
+    /// The JIT could not write the module as an object file, load it or resolve a function.
     #[error("LLVM JIT failed on module {module:?}: {message}")]
     Jit { module: String, message: String },
     /// The back end could not write the module as assembly text.

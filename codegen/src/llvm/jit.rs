@@ -1,16 +1,18 @@
-//! The JIT: verify, optimise for the host, compile with MCJIT, resolve function addresses.
+//! The JIT: verify, optimise for the host, write an object file, load it with ORC, resolve
+//! function addresses.
 //!
-//! One [`JitModule`] owns one execution engine and the machine code of every function its
-//! module defines; the module's IR and its LLVM context are freed once the code is loaded
-//! (step 7). Compile the kernels of one graph into few modules (the CPU runtime uses one per
-//! core, compiled on their own threads): each engine costs some pages of memory and a little
-//! setup time.
+//! One [`JitModule`] owns the machine code of every function its module defines (one ORC
+//! `LLJIT` instance, `orc.rs`) and the object file it was loaded from, which a cache can store
+//! and [`JitModule::load`] loads again without LLVM's optimiser or code generator. The module's
+//! IR and its LLVM context are freed once the object is written. Compile the kernels of one
+//! graph into few modules (the CPU runtime uses one per core, compiled on their own threads):
+//! each instance costs some pages of memory and a little setup time.
 //!
 //! The pipeline, in order (see [`compile`]):
 //! 1. the caller builds the module (inkwell builder) or hands over IR text;
 //! 2. the module gets the host triple and data layout, and every defined function gets the
-//!    `target-cpu` / `target-features` attributes (MCJIT's own target machine is generic; these
-//!    attributes are what make the back end use AVX2/AVX-512/NEON);
+//!    `target-cpu` / `target-features` attributes (what make the back end use
+//!    AVX2/AVX-512/NEON);
 //! 3. LLVM's verifier ([`LlvmError::Verify`] with its message);
 //! 4. the new pass manager's `default<On>` pipeline, with loop and SLP vectorisation on, against a
 //!    target machine for the chosen CPU (so the vectoriser's cost model knows the vector width),
@@ -20,9 +22,9 @@
 //!    `kernel/scalef.rs`), `always-inline,globaldce` to inline them once the vectoriser has
 //!    picked its variants;
 //! 5. the optimised IR is printed (kept for snapshots and debugging);
-//! 6. MCJIT compiles the module and every defined external function's address is resolved;
-//! 7. the module is taken back from the engine and freed with its context (the engine keeps
-//!    the loaded machine code), which saves about a third of a compiled program's memory.
+//! 6. the same target machine (JIT code model) writes the module as an object file, and the
+//!    module and its context are freed;
+//! 7. ORC's LLJIT links the object and every defined external function's address is resolved.
 //!
 //! Floating-point semantics are strict: no fast-math flags are added and the back end fuses
 //! only `llvm.fmuladd` (LLVM's default `FPOpFusion::Standard`), so a separate `fmul` and `fadd`
@@ -31,10 +33,10 @@
 
 use super::error::{LlvmError, Result};
 use super::options::{JitOptions, OptLevel};
-use super::target::{cpu_and_features, llvm_opt_level, target_machine};
+use super::orc::Loaded;
+use super::target::{cpu_and_features, target_machine};
 use inkwell::attributes::AttributeLoc;
 use inkwell::context::Context;
-use inkwell::execution_engine::ExecutionEngine;
 use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::{Linkage, Module};
 use inkwell::passes::PassBuilderOptions;
@@ -42,7 +44,8 @@ use inkwell::targets::{FileType, TargetMachine};
 use inkwell::values::FunctionValue;
 use std::collections::BTreeMap;
 
-/// Machine code JIT-compiled from one LLVM module, with the optimised IR it came from.
+/// Machine code JIT-compiled from one LLVM module, with the optimised IR and the object file
+/// it came from.
 ///
 /// Function addresses stay valid as long as the `JitModule` lives: whoever calls them keeps it
 /// alive (e.g. in an `Arc` next to the pointers).
@@ -52,20 +55,15 @@ pub struct JitModule {
     cpu: String,
     features: String,
     ir: String,
+    object: Vec<u8>,
     symbols: BTreeMap<String, usize>,
-    /// The engine, which owns the machine code (its module and LLVM context are already
-    /// freed, see `compile_impl`). Its `'static` lifetime is invented: it no longer refers
-    /// to the context it names.
-    _engine: ExecutionEngine<'static>,
+    /// The LLJIT instance that owns the machine code.
+    _code: Loaded,
 }
 
-// SAFETY: the engine's `Rc` has no clone outside this struct (the `Module` wrapper that held one
-// is dropped at the end of `compile_impl`, and no `JitFunction` is ever created), so moving the
-// struct moves every reference to the engine together. LLVM contexts and MCJIT engines are not
-// bound to the thread that created them. After construction, `&self` methods read only
-// `name`, `ir`, `symbols` and the option strings, plain Rust data; the LLVM objects are touched
-// again only by `Drop`, which has exclusive access. So sharing `&JitModule` across threads
-// (`Sync`) never touches LLVM concurrently.
+// SAFETY: the LLJIT instance behind `_code` is not bound to the thread that created it, and
+// nothing but `Drop` (which has exclusive access) touches it after construction: `&self`
+// methods read only plain Rust data (`name`, `ir`, `object`, `symbols`, the option strings).
 unsafe impl Send for JitModule {}
 // SAFETY: see `Send` above: `&self` never reaches LLVM.
 unsafe impl Sync for JitModule {}
@@ -99,6 +97,38 @@ impl JitModule {
     /// The module's IR after optimisation, as LLVM prints it.
     pub fn optimized_ir(&self) -> &str {
         &self.ir
+    }
+
+    /// The object file the machine code was loaded from (what a cache stores, see
+    /// [`JitModule::load`]).
+    pub fn object(&self) -> &[u8] {
+        &self.object
+    }
+
+    /// Loads an object file written by [`JitModule::object`] back, without LLVM's optimiser
+    /// or code generator: `functions` are the names to resolve ([`JitModule::functions`] of
+    /// the module that wrote it), `ir` its optimised IR (or empty), `options` what it was
+    /// compiled with. The object must be one a `JitModule` wrote for this CPU (the caller's
+    /// cache key says so): its code is run as it is.
+    pub fn load(
+        name: &str,
+        options: &JitOptions,
+        ir: String,
+        object: Vec<u8>,
+        functions: &[String],
+    ) -> Result<JitModule> {
+        let (cpu, features) = cpu_and_features(&options.target)?;
+        let (code, symbols) = Loaded::load(name, &object, functions)?;
+        Ok(JitModule {
+            name: name.to_string(),
+            options: options.clone(),
+            cpu,
+            features,
+            ir,
+            object,
+            symbols,
+            _code: code,
+        })
     }
 
     /// The external functions the module defines, by name.
@@ -227,60 +257,39 @@ fn parse_ir<'ctx>(ctx: &'ctx Context, name: &str, ir: &str) -> Result<Module<'ct
 fn compile_impl(
     name: &str,
     options: &JitOptions,
-    make_module: impl FnOnce(&'static Context) -> Result<Module<'static>>,
+    make_module: impl for<'ctx> FnOnce(&'ctx Context) -> Result<Module<'ctx>>,
 ) -> Result<JitModule> {
     let (cpu, features) = cpu_and_features(&options.target)?;
     let machine = target_machine(&cpu, &features, options.opt_level)?;
-    // Declared first so that it is dropped last, after the module and engine below, on every
-    // error path out of this function.
-    let owned = OwnedContext::new();
-    // SAFETY: `owned` keeps the context alive until it is dropped. Everything borrowing it with
-    // the invented `'static` lifetime is either dropped before `owned` (the module: on error
-    // paths by local drop order, on success explicitly below) or, like the engine on error
-    // paths, dropped before it by local drop order. On success the engine outlives the
-    // context, which is sound because by then it no longer refers to it (see below). No
-    // borrow escapes: `make_module` callers are generic over the context lifetime (see
-    // `compile`).
-    let ctx: &'static Context = unsafe { owned.get() };
-    let module = make_module(ctx)?;
-    let ir = prepare(&module, name, options, &machine, &cpu, &features)?;
-    let engine = module
-        .create_jit_execution_engine(llvm_opt_level(options.opt_level))
-        .map_err(|e| LlvmError::Jit {
-            module: name.to_string(),
-            message: e.to_string(),
-        })?;
-    let mut symbols = BTreeMap::new();
-    for f in defined_functions(&module) {
-        let fname = f.get_name().to_string_lossy().into_owned();
-        let address = engine
-            .get_function_address(&fname)
+    let (ir, object, functions) = {
+        let context = Context::create();
+        let module = make_module(&context)?;
+        let ir = prepare(&module, name, options, &machine, &cpu, &features)?;
+        let functions: Vec<String> = defined_functions(&module)
+            .iter()
+            .map(|f| f.get_name().to_string_lossy().into_owned())
+            .collect();
+        let object = machine
+            .write_to_memory_buffer(&module, FileType::Object)
             .map_err(|e| LlvmError::Jit {
                 module: name.to_string(),
-                message: format!("function {fname:?} is defined but has no address: {e}"),
-            })?;
-        symbols.insert(fname, address);
-    }
-    // Every address is resolved, so the machine code is loaded and final. Take the module back
-    // from the engine and free it, then free the context: MCJIT keeps the loaded code in its
-    // memory manager until the engine itself is dropped and never touches the IR or the LLVM
-    // context again (lookups by name are over; `symbols` has them). Keeping both would hold
-    // about a third of a compiled program's memory for nothing. The wrapper's clone of the
-    // engine's `Rc` goes with it (see the `Send` impl of `JitModule`).
-    engine.remove_module(&module).map_err(|e| LlvmError::Jit {
-        module: name.to_string(),
-        message: format!("cannot release the compiled module: {e:?}"),
-    })?;
-    drop(module);
-    drop(owned);
+                message: format!("cannot write the object file: {e}"),
+            })?
+            .as_slice()
+            .to_vec();
+        // The module and its context are freed here: the object file is all that is loaded.
+        (ir, object, functions)
+    };
+    let (code, symbols) = Loaded::load(name, &object, &functions)?;
     Ok(JitModule {
         name: name.to_string(),
         options: options.clone(),
         cpu,
         features,
         ir,
+        object,
         symbols,
-        _engine: engine,
+        _code: code,
     })
 }
 
@@ -356,29 +365,4 @@ fn defined_functions<'ctx>(module: &Module<'ctx>) -> Vec<FunctionValue<'ctx>> {
         .get_functions()
         .filter(|f| f.count_basic_blocks() > 0 && f.get_linkage() == Linkage::External)
         .collect()
-}
-
-/// A heap-allocated LLVM context freed on drop, so that borrows of it can live in the same
-/// struct (its address never moves).
-struct OwnedContext(*mut Context);
-
-impl OwnedContext {
-    fn new() -> OwnedContext {
-        OwnedContext(Box::into_raw(Box::new(Context::create())))
-    }
-
-    /// # Safety
-    /// The returned reference must not be used after `self` is dropped.
-    unsafe fn get<'a>(&self) -> &'a Context {
-        // SAFETY: the pointer came from `Box::into_raw` and stays valid until `drop`; the
-        // caller promises not to outlive `self`.
-        unsafe { &*self.0 }
-    }
-}
-
-impl Drop for OwnedContext {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from `Box::into_raw` in `new` and is freed only here, once.
-        drop(unsafe { Box::from_raw(self.0) });
-    }
 }

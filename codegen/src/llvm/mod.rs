@@ -3,8 +3,9 @@
 //! - [`host_target`]: LLVM version, host triple, CPU name and feature string, the compiler and
 //!   machine half of a kernel cache key.
 //! - `compile` / [`compile_ir`]: build (or parse) a module, verify it, optimise it for the host
-//!   at `-O3` with loop and SLP vectorisation, JIT-compile it with MCJIT, and get back a
-//!   [`JitModule`]: function addresses plus the optimised IR text (for snapshots).
+//!   at `-O3` with loop and SLP vectorisation, write it as an object file and load that with
+//!   ORC's LLJIT, and get back a [`JitModule`]: function addresses, the optimised IR text (for
+//!   snapshots) and the object file, which [`JitModule::load`] loads again (a cache's hit).
 //!   `optimize` stops before machine code; `assemble` writes assembly instead of loading it
 //!   ([`program_listing`]: a program's kernels as optimised IR and host assembly).
 //! - [`kernel`]: the kernel IR code generator: every kernel of a program → one function in the
@@ -39,6 +40,8 @@ pub mod demo;
 mod jit;
 #[cfg(feature = "llvm")]
 pub mod kernel;
+#[cfg(feature = "llvm")]
+mod orc;
 // Present without the `llvm` feature too (its entry points answer `NotCompiledIn`).
 pub mod nvptx;
 #[cfg(feature = "llvm")]

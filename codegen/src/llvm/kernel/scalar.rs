@@ -3,8 +3,8 @@
 //! `tanh` and `erf` (and `sigmoid` through `exp`), integer `floor_div`/`remainder` by zero
 //! (0 here) and, with the `libm` crate's `erf` in the interpreter, f64 `erf`. Transcendental
 //! functions are LLVM intrinsics (`llvm.exp`, `llvm.log`, `llvm.sin` … lowered to the C
-//! library, as Rust's `f32::exp` is) or C library calls (f64 `tanh`, `erf`) that MCJIT
-//! resolves in the process, except f32 `exp`, `tanh` and `erf`, which are emitted inline so
+//! library, as Rust's `f32::exp` is) or C library calls (f64 `tanh`, `erf`) that the JIT
+//! (`orc.rs`) resolves in the process, except f32 `exp`, `tanh` and `erf`, which are emitted inline so
 //! that they vectorise: by default as f32 polynomials within an ulp or two ([`super::poly`]),
 //! with [`MathMode::Libm`] as the C library computes them (`exp` and `tanh` bit for bit
 //! glibc's, `erf` within an ulp of the `libm` crate's; see [`super::math`]).
