@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export INSTA_UPDATE="${INSTA_UPDATE:-no}"
+# The kernel cache (compiled CPU modules, cubins) of the tests: under target/, so that test
+# runs do not fill the user's cache folder and `cargo clean` empties it.
+export SMELT_CACHE_DIR="${SMELT_CACHE_DIR:-$PWD/target/smelt-test-cache}"
 # Random graphs run fused and unfused on the CPU, and their CUDA C in the CPU emulator of
 # runtime/src/cuda/emulate.rs, against the reference interpreter. The emulator needs a C++17
 # compiler (g++ from build-essential, or clang++); set SMELT_REQUIRE_CXX=0 to let its tests

@@ -124,6 +124,11 @@ pub struct Options {
     /// [`PANEL_MAX_ROWS`](smelt_runtime::cpu::PANEL_MAX_ROWS) (128). For measuring one
     /// against the other; results differ in rounding only (the two sum in different orders).
     pub gemm_panel_max_rows: Option<usize>,
+    /// On the CPU: where compiled kernel modules are kept between processes. By default
+    /// ([`CpuDiskCache::FromEnv`](smelt_runtime::cpu::CpuDiskCache)) in the kernel cache
+    /// folder (`$SMELT_CACHE_DIR`, else `~/.cache/smelt`), so that a process compiling a graph
+    /// an earlier one compiled loads its machine code instead of running LLVM.
+    pub cpu_disk_cache: smelt_runtime::cpu::CpuDiskCache,
 }
 
 impl Options {
@@ -141,6 +146,7 @@ impl Options {
         smelt_runtime::cpu::CpuOptions {
             jit: self.jit_options(),
             panel_max_rows: self.gemm_panel_max_rows,
+            disk_cache: self.cpu_disk_cache.clone(),
             ..Default::default()
         }
     }

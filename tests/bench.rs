@@ -245,6 +245,12 @@ fn cli_writes_json_and_chart() {
         ] {
             assert!(c["compile"][key].is_f64(), "{key}: {c}");
         }
+        // The CPU backend's kernels also compile from a disk cache (no such column on a GPU).
+        assert_eq!(
+            c["compile"]["fused_from_disk_ms"].is_f64(),
+            report["device"] == "cpu",
+            "{c}"
+        );
         for stage in ["egraph_simplify", "egraph_fusion"] {
             assert!(c[stage]["nodes"].as_u64().unwrap() > 0);
             assert!(c[stage]["stop_reason"].is_string());

@@ -163,6 +163,7 @@ pub fn tables(r: &Report) -> String {
         "nodes",
         "compile cold",
         "from cache",
+        "from disk",
         "unfused cold",
         "simplify e-graph",
         "fusion e-graph",
@@ -174,13 +175,20 @@ pub fn tables(r: &Report) -> String {
             c.graph_nodes.to_string(),
             ms(c.compile.fused_cold_ms),
             ms(c.compile.fused_cached_ms),
+            c.compile
+                .fused_from_disk_ms
+                .map_or_else(|| "-".to_string(), ms),
             ms(c.compile.unfused_cold_ms),
             eg(&c.egraph_simplify),
             eg(&c.egraph_fusion),
             format!("{:.1e}", c.max_abs_diff_fused_vs_unfused),
         ]);
     }
-    let _ = writeln!(s, "\ncompile (fused plan unless marked) and e-graphs:");
+    let _ = writeln!(
+        s,
+        "\ncompile (fused plan unless marked; cold: no cache; from cache: the in-process one; \
+         from disk: a new process's, kernels from the disk cache) and e-graphs:"
+    );
     table(&mut s, &rows, 1);
     s
 }

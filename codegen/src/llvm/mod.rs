@@ -61,5 +61,9 @@ mod dummy;
 #[cfg(not(feature = "llvm"))]
 pub use dummy::{compile_ir, host_target, program_listing, JitModule, LLVM_VERSION};
 
+/// A hash of this crate's sources at build time (`build.rs`): part of the key of machine code
+/// cached on disk, so that a changed code generator never loads code the old one wrote.
+pub const CODEGEN_SOURCE_HASH: &str = env!("SMELT_CODEGEN_SOURCE_HASH");
+
 /// Whether this build has the LLVM backend (the `llvm` cargo feature).
 pub const COMPILED_IN: bool = cfg!(feature = "llvm");

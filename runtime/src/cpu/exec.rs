@@ -38,6 +38,7 @@
 //! Profiling: with `SMELT_CPU_PROFILE` set when a program is compiled, each of its runs prints
 //! every step's wall time to stderr (this allocates; never set it in production).
 
+use super::disk_cache::CpuDiskCache;
 use super::error::{CpuError, Result};
 use super::gemm::{MatmulOperand, MatmulPlan, PANEL_MAX_ROWS};
 use super::kernel::CpuKernel;
@@ -64,6 +65,9 @@ pub struct CpuOptions {
     /// [`PANEL_MAX_ROWS`]. For measuring one against the other;
     /// results differ by rounding only (the two sum in different orders).
     pub panel_max_rows: Option<usize>,
+    /// Where JIT-compiled kernel modules are kept between processes (default: the kernel
+    /// cache folder, see `disk_cache.rs`).
+    pub disk_cache: CpuDiskCache,
 }
 
 /// Work below this many scalar iterations per chunk is not split further.
@@ -276,7 +280,7 @@ impl CpuProgram {
         } else {
             PoolRef::Own(Arc::new(CpuPool::new(options.threads)?))
         };
-        let mut compiled = jit(program, &kernels, &options.jit)?.into_iter();
+        let mut compiled = jit(program, &kernels, &options.jit, &options.disk_cache)?.into_iter();
         let mut steps = Vec::with_capacity(program.steps.len());
         let mut packed = HashMap::new();
         for step in &program.steps {
@@ -871,12 +875,18 @@ fn gemm_step(
 const MAX_COMPILE_THREADS: usize = 8;
 
 #[cfg(feature = "llvm")]
-fn jit(program: &Program, kernels: &[&Kernel], options: &JitOptions) -> Result<Vec<CpuKernel>> {
+fn jit(
+    program: &Program,
+    kernels: &[&Kernel],
+    options: &JitOptions,
+    disk: &CpuDiskCache,
+) -> Result<Vec<CpuKernel>> {
     if kernels.is_empty() {
         return Ok(Vec::new());
     }
     let target = smelt_codegen::llvm::host_target()?.cache_key();
     super::jit_cache::cached(program, kernels, options, &target, || {
+        let disk = super::disk_cache::open(disk);
         // LLVM compiles one module on one thread: the kernels are dealt round-robin into one
         // module per available core, compiled side by side (each module has its own LLVM
         // context and engine, so nothing is shared between the threads).
@@ -888,7 +898,47 @@ fn jit(program: &Program, kernels: &[&Kernel], options: &JitOptions) -> Result<V
             .map(|t| kernels.iter().skip(t).step_by(threads).copied().collect())
             .collect();
         let compile = |group: &[&Kernel]| {
-            smelt_codegen::llvm::kernel::compile_program_kernels(group, &program.buffers, options)
+            use smelt_codegen::llvm::kernel::CompiledKernels;
+            use smelt_codegen::llvm::kernel::{compile_program_kernels, entry_names};
+            use smelt_codegen::llvm::JitModule;
+            let Some(cache) = &disk else {
+                return compile_program_kernels(group, &program.buffers, options);
+            };
+            let key = super::disk_cache::key(program, group, options, &target);
+            if let Some(bytes) = super::disk_cache::lookup(cache, &key) {
+                let loaded = super::disk_cache::decode(&bytes)
+                    .ok_or_else(|| "not a module entry".to_string())
+                    .and_then(|(functions, object)| {
+                        JitModule::load(
+                            "smelt_kernels",
+                            options,
+                            String::new(),
+                            object.to_vec(),
+                            &functions,
+                        )
+                        .map_err(|e| e.to_string())
+                    });
+                match loaded {
+                    Ok(module) => {
+                        super::disk_cache::count_hit();
+                        return Ok(CompiledKernels {
+                            module,
+                            entries: entry_names(group),
+                        });
+                    }
+                    Err(e) => log::debug!(
+                        "cpu kernel cache: {} does not load ({e}); compiling",
+                        key.hex()
+                    ),
+                }
+            }
+            let compiled = compile_program_kernels(group, &program.buffers, options)?;
+            let functions: Vec<&str> = compiled.module.functions().collect();
+            cache.insert(
+                &key,
+                &super::disk_cache::encode(&functions, compiled.module.object()),
+            );
+            Ok(compiled)
         };
         let compiled: Vec<_> = if threads == 1 {
             vec![compile(&groups[0])]
@@ -933,7 +983,12 @@ fn jit(program: &Program, kernels: &[&Kernel], options: &JitOptions) -> Result<V
 }
 
 #[cfg(not(feature = "llvm"))]
-fn jit(_program: &Program, _kernels: &[&Kernel], _options: &JitOptions) -> Result<Vec<CpuKernel>> {
+fn jit(
+    _program: &Program,
+    _kernels: &[&Kernel],
+    _options: &JitOptions,
+    _disk: &CpuDiskCache,
+) -> Result<Vec<CpuKernel>> {
     Err(CpuError::Jit(smelt_codegen::llvm::LlvmError::NotCompiledIn))
 }
 

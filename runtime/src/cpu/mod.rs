@@ -52,6 +52,7 @@
 //! [`LlvmError::NotCompiledIn`](smelt_codegen::llvm::LlvmError::NotCompiledIn) inside
 //! [`CpuError::Jit`].
 
+mod disk_cache;
 mod error;
 pub mod exec;
 mod gemm;
@@ -62,6 +63,7 @@ pub mod pages;
 mod pool;
 
 pub use self::gemm::{matmul_host, Element, MatmulOperand, MatmulPlan, PANEL_MAX_ROWS};
+pub use disk_cache::{jit_disk_hits, CpuDiskCache};
 pub use error::{CpuError, Result};
 pub use exec::{CpuOptions, CpuProgram};
 pub use jit_cache::{

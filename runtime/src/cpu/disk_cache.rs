@@ -1,0 +1,152 @@
+//! JIT-compiled kernel modules on disk, shared by processes: a program compiled once is loaded
+//! by the next process that compiles it without running LLVM's optimiser or code generator
+//! (`smelt_codegen::llvm::JitModule::load`).
+//!
+//! Entries live in the kernel cache ([`crate::cache::KernelCache`]: `$SMELT_CACHE_DIR`, else
+//! the user cache folder), under the host target's folder (`host-<hash of LLVM version,
+//! triple, CPU and features>`). One entry per JIT module (the runtime compiles a program's
+//! kernels into one module per core): key = SHA-256 of the module's kernels (their full kernel
+//! IR), the dtype and size of every buffer of the program (the code generator proves bounds
+//! against them), the JIT options, the host target, the LLVM version, a hash of the code
+//! generator's sources ([`smelt_codegen::llvm::CODEGEN_SOURCE_HASH`]) and smelt's version.
+//! Payload: the names of the functions the module defines, then its object file. A corrupted
+//! or unloadable entry is a miss (logged at debug level) and is replaced by the fresh compile.
+
+// Without the `llvm` feature nothing is compiled, so nothing is cached: only the settings and
+// the counter remain.
+#![cfg_attr(not(feature = "llvm"), allow(dead_code))]
+
+use crate::cache::{CacheKey, CacheTarget, KernelCache, Lookup};
+use smelt_codegen::llvm::JitOptions;
+use smelt_passes::kernel::{Kernel, Program};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Where compiled CPU kernel modules are kept between processes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CpuDiskCache {
+    /// The kernel cache folder: `$SMELT_CACHE_DIR`, else `$XDG_CACHE_HOME/smelt`, else
+    /// `~/.cache/smelt` (memory only, with a warning, where none is usable).
+    #[default]
+    FromEnv,
+    /// This folder.
+    At(PathBuf),
+    /// No disk cache: every module not in the in-process cache is compiled.
+    Off,
+}
+
+static DISK_HITS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many JIT modules this process has loaded from the disk cache instead of compiling.
+pub fn jit_disk_hits() -> usize {
+    DISK_HITS.load(Ordering::Relaxed)
+}
+
+/// The cache of `setting`, or `None` when it is off.
+pub(crate) fn open(setting: &CpuDiskCache) -> Option<Arc<KernelCache>> {
+    static FROM_ENV: OnceLock<Arc<KernelCache>> = OnceLock::new();
+    match setting {
+        CpuDiskCache::Off => None,
+        CpuDiskCache::FromEnv => Some(
+            FROM_ENV
+                .get_or_init(|| Arc::new(KernelCache::from_env()))
+                .clone(),
+        ),
+        CpuDiskCache::At(dir) => Some(Arc::new(KernelCache::open(dir.clone()))),
+    }
+}
+
+/// The key of the module compiling `kernels` of `program` (see the module docs); `target` is
+/// the host target's cache key text.
+pub(crate) fn key(
+    program: &Program,
+    kernels: &[&Kernel],
+    options: &JitOptions,
+    target: &str,
+) -> CacheKey {
+    let mut source = String::new();
+    for b in &program.buffers {
+        source.push_str(&format!("buffer {:?} {} {}\n", b.id, b.dtype, b.numel));
+    }
+    for k in kernels {
+        // The derived Debug form is complete and deterministic.
+        source.push_str(&format!("{k:?}\n"));
+    }
+    CacheKey::new(
+        CacheTarget::host(target),
+        source.as_bytes(),
+        &[format!("{options:?}")],
+        &format!(
+            "llvm-{} codegen-{}",
+            smelt_codegen::llvm::LLVM_VERSION,
+            smelt_codegen::llvm::CODEGEN_SOURCE_HASH
+        ),
+    )
+}
+
+/// The payload of a module: its function names and its object file.
+pub(crate) fn encode(functions: &[&str], object: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(object.len() + 64 * functions.len() + 4);
+    out.extend_from_slice(&(functions.len() as u32).to_le_bytes());
+    for f in functions {
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(f.as_bytes());
+    }
+    out.extend_from_slice(object);
+    out
+}
+
+/// [`encode`]'s input back, or `None` for bytes it did not write.
+pub(crate) fn decode(payload: &[u8]) -> Option<(Vec<String>, &[u8])> {
+    let take = |at: &mut usize, n: usize| -> Option<&[u8]> {
+        let s = payload.get(*at..at.checked_add(n)?)?;
+        *at += n;
+        Some(s)
+    };
+    let mut at = 0;
+    let count = u32::from_le_bytes(take(&mut at, 4)?.try_into().ok()?) as usize;
+    let mut functions = Vec::with_capacity(count.min(1 << 16));
+    for _ in 0..count {
+        let len = u32::from_le_bytes(take(&mut at, 4)?.try_into().ok()?) as usize;
+        functions.push(String::from_utf8(take(&mut at, len)?.to_vec()).ok()?);
+    }
+    let object = &payload[at..];
+    (!object.is_empty()).then_some((functions, object))
+}
+
+/// The stored payload of `key`, or `None` (a miss, logged with its reason).
+pub(crate) fn lookup(cache: &KernelCache, key: &CacheKey) -> Option<Arc<[u8]>> {
+    match cache.lookup(key) {
+        Lookup::Hit(bytes, _) => Some(bytes),
+        Lookup::Miss(reason) => {
+            log::debug!("cpu kernel cache: {} missed: {reason}", key.hex());
+            None
+        }
+    }
+}
+
+/// Counts one module loaded from the cache.
+pub(crate) fn count_hit() {
+    DISK_HITS.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode, encode};
+
+    /// The payload round-trips, and bytes it did not write (cut anywhere in the names, or
+    /// with no object) are `None`, never a panic.
+    #[test]
+    fn payloads_round_trip_and_reject_other_bytes() {
+        let p = encode(&["k0_add", "k1_reduction_sum"], b"\x7fELF object");
+        let (f, o) = decode(&p).unwrap();
+        assert_eq!(f, ["k0_add", "k1_reduction_sum"]);
+        assert_eq!(o, b"\x7fELF object");
+        let names_end = p.len() - b"\x7fELF object".len();
+        for cut in 0..=names_end {
+            assert!(decode(&p[..cut]).is_none(), "cut at {cut}");
+        }
+        assert!(decode(&[0xff; 16]).is_none());
+    }
+}
