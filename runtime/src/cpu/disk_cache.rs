@@ -43,18 +43,22 @@ pub fn jit_disk_hits() -> usize {
     DISK_HITS.load(Ordering::Relaxed)
 }
 
-/// The cache of `setting`, or `None` when it is off.
-pub(crate) fn open(setting: &CpuDiskCache) -> Option<Arc<KernelCache>> {
-    static FROM_ENV: OnceLock<Arc<KernelCache>> = OnceLock::new();
-    match setting {
-        CpuDiskCache::Off => None,
-        CpuDiskCache::FromEnv => Some(
-            FROM_ENV
-                .get_or_init(|| Arc::new(KernelCache::from_env()))
-                .clone(),
-        ),
-        CpuDiskCache::At(dir) => Some(Arc::new(KernelCache::open(dir.clone()))),
-    }
+/// The cache of `setting` for one program's compile, or `None` when it is off or unusable.
+/// A new instance per compile, so that its in-memory layer (which holds every payload it
+/// reads or writes) lives only as long as the compile: the in-process JIT cache in front of
+/// it already keeps the loaded modules, bounded.
+pub(crate) fn open(setting: &CpuDiskCache) -> Option<KernelCache> {
+    // The folder the environment names, decided once (with one warning if it is unusable).
+    static FROM_ENV: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let dir = match setting {
+        CpuDiskCache::Off => return None,
+        CpuDiskCache::FromEnv => FROM_ENV
+            .get_or_init(|| KernelCache::from_env().dir().map(PathBuf::from))
+            .clone()?,
+        CpuDiskCache::At(dir) => dir.clone(),
+    };
+    let cache = KernelCache::open(dir);
+    cache.dir().is_some().then_some(cache)
 }
 
 /// The key of the module compiling `kernels` of `program` (see the module docs); `target` is
