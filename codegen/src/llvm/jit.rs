@@ -280,17 +280,7 @@ fn compile_impl(
         // The module and its context are freed here: the object file is all that is loaded.
         (ir, object, functions)
     };
-    let (code, symbols) = Loaded::load(name, &object, &functions)?;
-    Ok(JitModule {
-        name: name.to_string(),
-        options: options.clone(),
-        cpu,
-        features,
-        ir,
-        object,
-        symbols,
-        _code: code,
-    })
+    JitModule::load(name, options, ir, object, &functions)
 }
 
 /// Steps 2–5 of the pipeline: target attributes, verification, optimisation, printing.

@@ -245,6 +245,15 @@ impl Ctx {
         part.min(full)
     }
 
+    /// Whether the value of `n` is needed outside the body `nodes` (sorted): a graph output,
+    /// or read by an op not in the body.
+    pub fn needed_outside(&self, nodes: &[NodeId], n: NodeId) -> bool {
+        self.is_output[n.index()]
+            || self.users[n.index()]
+                .iter()
+                .any(|u| nodes.binary_search(u).is_err())
+    }
+
     /// Bytes a kernel writes to materialise `n` (contiguous, in its own shape).
     pub fn write_bytes(&self, n: NodeId) -> u64 {
         self.graph.ty(n).size_bytes() as u64
@@ -289,11 +298,7 @@ impl Body {
         // again, or multiply the variants the rules explore).
         let mut dup_free = true;
         for &n in &nodes {
-            let shared = n != root
-                && (ctx.is_output[n.index()]
-                    || ctx.users[n.index()]
-                        .iter()
-                        .any(|u| nodes.binary_search(u).is_err()));
+            let shared = n != root && ctx.needed_outside(&nodes, n);
             if shared && ctx.after_reduce[n.index()] {
                 return None;
             }

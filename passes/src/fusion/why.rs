@@ -210,11 +210,7 @@ fn reason(
     };
     let root = *merged_nodes.last().expect("the consumer has ops");
     for &n in &merged_nodes {
-        let shared = n != root
-            && (ctx.is_output[n.index()]
-                || ctx.users[n.index()]
-                    .iter()
-                    .any(|u| merged_nodes.binary_search(u).is_err()));
+        let shared = n != root && ctx.needed_outside(&merged_nodes, n);
         if shared && ctx.after_reduce[n.index()] {
             return (Apart::RecomputesReduction(n), None);
         }
