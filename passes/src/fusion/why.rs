@@ -110,7 +110,7 @@ pub(crate) fn boundary(
         ),
         Apart::RuleOff(rule) => format!(
             "rule `{rule}` would merge k{p} into k{c}, but this plan was made without it \
-             (an unfused plan folds views only)"
+             (an unfused plan folds views only; `plan_with_rules` runs the rules it names)"
         ),
         Apart::Illegal(r) => format!(
             "one kernel cannot compute k{c}'s ops with {}: {}",

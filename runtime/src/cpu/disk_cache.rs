@@ -130,9 +130,53 @@ pub(crate) fn lookup(cache: &KernelCache, key: &CacheKey) -> Option<Arc<[u8]>> {
     }
 }
 
-/// Counts one module loaded from the cache.
-pub(crate) fn count_hit() {
-    DISK_HITS.fetch_add(1, Ordering::Relaxed);
+/// The module of `group` (kernels of `program`): loaded from `cache` when it holds one that
+/// loads, else compiled (and then stored there). `target` is the host target's cache key.
+#[cfg(feature = "llvm")]
+pub(crate) fn compile_group(
+    cache: Option<&KernelCache>,
+    program: &Program,
+    group: &[&Kernel],
+    options: &JitOptions,
+    target: &str,
+) -> crate::cpu::Result<smelt_codegen::llvm::kernel::CompiledKernels> {
+    use smelt_codegen::llvm::kernel::{compile_program_kernels, entry_names, CompiledKernels};
+    use smelt_codegen::llvm::JitModule;
+    let Some(cache) = cache else {
+        return Ok(compile_program_kernels(group, &program.buffers, options)?);
+    };
+    let key = key(program, group, options, target);
+    if let Some(bytes) = lookup(cache, &key) {
+        let loaded = decode(&bytes)
+            .ok_or_else(|| "not a module entry".to_string())
+            .and_then(|(functions, object)| {
+                JitModule::load(
+                    "smelt_kernels",
+                    options,
+                    String::new(),
+                    object.to_vec(),
+                    &functions,
+                )
+                .map_err(|e| e.to_string())
+            });
+        match loaded {
+            Ok(module) => {
+                DISK_HITS.fetch_add(1, Ordering::Relaxed);
+                return Ok(CompiledKernels {
+                    module,
+                    entries: entry_names(group),
+                });
+            }
+            Err(e) => log::debug!(
+                "cpu kernel cache: {} does not load ({e}); compiling",
+                key.hex()
+            ),
+        }
+    }
+    let compiled = compile_program_kernels(group, &program.buffers, options)?;
+    let functions: Vec<&str> = compiled.module.functions().collect();
+    cache.insert(&key, &encode(&functions, compiled.module.object()));
+    Ok(compiled)
 }
 
 #[cfg(test)]

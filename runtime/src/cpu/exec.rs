@@ -889,7 +889,7 @@ fn jit(
         let disk = super::disk_cache::open(disk);
         // LLVM compiles one module on one thread: the kernels are dealt round-robin into one
         // module per available core, compiled side by side (each module has its own LLVM
-        // context and engine, so nothing is shared between the threads).
+        // context and JIT instance, so nothing is shared between the threads).
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, MAX_COMPILE_THREADS)
@@ -898,47 +898,7 @@ fn jit(
             .map(|t| kernels.iter().skip(t).step_by(threads).copied().collect())
             .collect();
         let compile = |group: &[&Kernel]| {
-            use smelt_codegen::llvm::kernel::CompiledKernels;
-            use smelt_codegen::llvm::kernel::{compile_program_kernels, entry_names};
-            use smelt_codegen::llvm::JitModule;
-            let Some(cache) = &disk else {
-                return compile_program_kernels(group, &program.buffers, options);
-            };
-            let key = super::disk_cache::key(program, group, options, &target);
-            if let Some(bytes) = super::disk_cache::lookup(cache, &key) {
-                let loaded = super::disk_cache::decode(&bytes)
-                    .ok_or_else(|| "not a module entry".to_string())
-                    .and_then(|(functions, object)| {
-                        JitModule::load(
-                            "smelt_kernels",
-                            options,
-                            String::new(),
-                            object.to_vec(),
-                            &functions,
-                        )
-                        .map_err(|e| e.to_string())
-                    });
-                match loaded {
-                    Ok(module) => {
-                        super::disk_cache::count_hit();
-                        return Ok(CompiledKernels {
-                            module,
-                            entries: entry_names(group),
-                        });
-                    }
-                    Err(e) => log::debug!(
-                        "cpu kernel cache: {} does not load ({e}); compiling",
-                        key.hex()
-                    ),
-                }
-            }
-            let compiled = compile_program_kernels(group, &program.buffers, options)?;
-            let functions: Vec<&str> = compiled.module.functions().collect();
-            cache.insert(
-                &key,
-                &super::disk_cache::encode(&functions, compiled.module.object()),
-            );
-            Ok(compiled)
+            super::disk_cache::compile_group(disk.as_ref(), program, group, options, &target)
         };
         let compiled: Vec<_> = if threads == 1 {
             vec![compile(&groups[0])]
