@@ -38,7 +38,8 @@ enum Command {
         /// Allow rewrites that change rounding or NaN behaviour.
         #[arg(long)]
         fast_math: bool,
-        /// Also write the plan as a Graphviz DOT file.
+        /// Also write the plan as a Graphviz DOT file (the edge of each value kept in memory
+        /// between two kernels is dashed and labelled with why).
         #[arg(long)]
         dot: Option<PathBuf>,
         /// Also print the generated code (repeatable): kernels (smelt's kernel IR), llvm-ir or

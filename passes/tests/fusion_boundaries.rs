@@ -223,3 +223,37 @@ fn an_unfused_plan_says_which_rule_is_off() {
     // Fused, the same graph is one kernel: nothing kept apart.
     assert!(planned(&g).boundaries.is_empty());
 }
+
+/// `to_dot` draws the edge of every boundary dashed, labelled with its reason, its message as
+/// the tooltip, and every other edge plain.
+#[test]
+fn dot_labels_the_edges_of_values_kept_apart() {
+    let g = corpus::mlp().unwrap();
+    let plan = planned(&g);
+    let dot = plan.to_dot();
+    for b in &plan.boundaries {
+        let edge = format!("  {} -> k{} [style=dashed", dot_value(b.value), b.consumer);
+        let line = dot
+            .lines()
+            .find(|l| l.starts_with(&edge))
+            .unwrap_or_else(|| panic!("no edge `{edge}` in\n{dot}"));
+        assert!(
+            line.contains(&format!("label=\"{}\"", b.reason.label())),
+            "{line}"
+        );
+        assert!(
+            line.contains(&format!("tooltip=\"{}\"", b.message)),
+            "{line}"
+        );
+    }
+    let dashed = dot.lines().filter(|l| l.contains("style=dashed")).count();
+    assert_eq!(dashed, plan.boundaries.len(), "{dot}");
+    assert!(plan
+        .boundaries
+        .iter()
+        .any(|b| b.reason.label() == "GEMM output"));
+}
+
+fn dot_value(v: NodeId) -> String {
+    format!("v{}", v.0)
+}

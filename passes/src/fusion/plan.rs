@@ -3,7 +3,7 @@
 use super::extract::LAUNCH_COST_BYTES;
 use super::kernel::{gemm_flags, Cat, Ctx, KernelKind};
 use super::rules::Rule;
-use super::why::{self, Boundary};
+use super::why::{self, Apart, Boundary};
 use smelt_ir::{NodeId, Op, Shape, TensorType};
 use std::fmt::{self, Write as _};
 
@@ -132,7 +132,9 @@ impl FusionPlan {
         s
     }
 
-    /// The plan as a Graphviz digraph: kernels are boxes, buffers ellipses.
+    /// The plan as a Graphviz digraph: kernels are boxes, buffers ellipses. The edge of a
+    /// value kept in memory between two kernels (a [`FusionPlan::boundaries`] entry) is
+    /// dashed and labelled with [`Apart::label`], its full reason as the tooltip.
     pub fn to_dot(&self) -> String {
         let mut s = String::from("digraph plan {\n  node [fontname=\"monospace\"];\n");
         let mut declared = std::collections::BTreeSet::new();
@@ -154,7 +156,31 @@ impl FusionPlan {
                         i.value.0, i.value, i.ty
                     );
                 }
-                let _ = writeln!(s, "  v{} -> k{};", i.value.0, k.id);
+                let apart = self
+                    .boundaries
+                    .iter()
+                    .find(|b| b.value == i.value && b.consumer == k.id);
+                match apart {
+                    Some(b) => {
+                        let _ = writeln!(
+                            s,
+                            "  v{} -> k{} [style=dashed, color=\"{}\", label=\"{}\", \
+                             tooltip=\"{}\"];",
+                            i.value.0,
+                            k.id,
+                            if matches!(b.reason, Apart::Cost { .. }) {
+                                "orange"
+                            } else {
+                                "red"
+                            },
+                            dot_escape(&b.reason.label()),
+                            dot_escape(&b.message)
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(s, "  v{} -> k{};", i.value.0, k.id);
+                    }
+                }
             }
             for o in &k.outputs {
                 if declared.insert(o.value) {
@@ -170,6 +196,11 @@ impl FusionPlan {
         s.push_str("}\n");
         s
     }
+}
+
+/// Text as a Graphviz double-quoted string holds it.
+fn dot_escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 impl fmt::Display for FusionPlan {

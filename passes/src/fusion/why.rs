@@ -62,6 +62,22 @@ pub enum Apart {
     },
 }
 
+impl Apart {
+    /// A few words for the reason, as `smelt explain --dot` labels the edge of the value.
+    pub fn label(&self) -> String {
+        match self {
+            Apart::GemmOutput => "GEMM output".into(),
+            Apart::GemmOperand => "GEMM operand".into(),
+            Apart::Alone(kind) => format!("{} alone", kind.name()),
+            Apart::NoRule { .. } => "no rule".into(),
+            Apart::Illegal(_) => "not one kernel".into(),
+            Apart::RecomputesReduction(_) => "shared reduction".into(),
+            Apart::RuleOff(rule) => format!("rule off: {rule}"),
+            Apart::Cost { .. } => "cost".into(),
+        }
+    }
+}
+
 impl fmt::Display for Boundary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
