@@ -83,7 +83,8 @@ enum Command {
         #[arg(long)]
         libm_math: bool,
     },
-    /// Inspect or empty the compiled-kernel cache ($SMELT_CACHE_DIR, default ~/.cache/smelt).
+    /// Inspect, prune or empty the compiled-kernel cache ($SMELT_CACHE_DIR, default
+    /// ~/.cache/smelt; size limit $SMELT_CACHE_MAX_SIZE, default 1 GiB).
     Cache {
         #[command(subcommand)]
         action: CacheAction,
@@ -179,6 +180,14 @@ enum CacheAction {
     Stats,
     /// Remove every entry.
     Clear,
+    /// Remove the least recently used entries until the folder holds at most the size limit
+    /// (done automatically after writes, at most hourly or after a tenth of the limit).
+    Prune {
+        /// The size to prune to: bytes, or with a unit (500M, 2G, 1.5GiB). Default: the limit
+        /// in force ($SMELT_CACHE_MAX_SIZE, else 1 GiB).
+        #[arg(long)]
+        max_size: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -276,10 +285,7 @@ fn main() -> ExitCode {
             )
         }
         Command::Model { name, seq, layers } => model(&mut out, &name, seq, layers),
-        Command::Cache { action } => {
-            cache(&mut out, action);
-            Ok(())
-        }
+        Command::Cache { action } => cache(&mut out, action),
     };
     // Output is written at the end, in one piece; a closed pipe (`smelt explain f | head`) is
     // not an error.
@@ -546,7 +552,8 @@ fn model(out: &mut String, name: &str, seq: usize, layers: usize) -> smelt::Resu
     Ok(())
 }
 
-fn cache(out: &mut String, action: CacheAction) {
+fn cache(out: &mut String, action: CacheAction) -> Result<(), smelt::Error> {
+    use smelt_runtime::cache::parse_size;
     let cache = smelt_runtime::cache::KernelCache::from_env();
     match action {
         CacheAction::Stats => {
@@ -560,5 +567,34 @@ fn cache(out: &mut String, action: CacheAction) {
                 r.files_removed, r.bytes_removed, r.memory_entries_removed
             );
         }
+        CacheAction::Prune { max_size } => {
+            let max = match max_size {
+                Some(text) => parse_size(&text)
+                    .map_err(|e| smelt::Error::Usage(format!("--max-size: {e}")))?,
+                None => cache.max_bytes(),
+            };
+            let Some(dir) = cache.dir() else {
+                let _ = writeln!(out, "no cache folder (memory only): nothing to prune");
+                return Ok(());
+            };
+            let max = max.unwrap_or(u64::MAX);
+            let r = cache.prune(max);
+            let limit = if max == u64::MAX {
+                "no limit".to_string()
+            } else {
+                format!("{max} bytes")
+            };
+            let _ = writeln!(
+                out,
+                "{}: removed {} entries ({} bytes) and {} stale temporary files; kept {} entries ({} bytes, limit {limit})",
+                dir.display(),
+                r.entries_removed,
+                r.bytes_removed,
+                r.temp_files_removed,
+                r.entries_kept,
+                r.bytes_kept,
+            );
+        }
     }
+    Ok(())
 }

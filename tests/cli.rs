@@ -349,6 +349,54 @@ fn cache_stats_and_clear() {
 }
 
 #[test]
+fn cache_prune_keeps_the_most_recently_used_within_the_size_given() {
+    use smelt_runtime::cache::{CacheKey, CacheTarget, KernelCache};
+    let dir = tempfile::tempdir().unwrap();
+    let cache = KernelCache::open(dir.path()).with_max_bytes(None);
+    let key = |s: &str| {
+        let target = CacheTarget::new("sm_90").expect("a valid target name");
+        CacheKey::new(target, s.as_bytes(), &[], "nvrtc-test")
+    };
+    let (old, new) = (key("old"), key("new"));
+    cache.insert(&old, &[0; 4000]);
+    cache.insert(&new, &[1; 4000]);
+    let old_path = cache.entry_path(&old).unwrap();
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&old_path)
+        .unwrap();
+    f.set_modified(two_hours_ago).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_smelt"))
+            .arg("cache")
+            .args(args)
+            .env("SMELT_CACHE_DIR", dir.path())
+            .env("SMELT_CACHE_MAX_SIZE", "1G")
+            .output()
+            .unwrap()
+    };
+    let stats = text(&run(&["stats"]).stdout);
+    assert!(stats.contains("size limit: 1073741824 bytes"), "{stats}");
+    let bad = run(&["prune", "--max-size", "12parsecs"]);
+    assert!(!bad.status.success());
+    let err = text(&bad.stderr);
+    assert!(
+        err.contains("--max-size") && err.contains("12parsecs"),
+        "{err}"
+    );
+    let pruned = run(&["prune", "--max-size", "6k"]);
+    assert!(pruned.status.success(), "{}", text(&pruned.stderr));
+    let out = text(&pruned.stdout);
+    assert!(
+        out.contains("removed 1 entries") && out.contains("kept 1 entries"),
+        "{out}"
+    );
+    assert!(!old_path.exists(), "the least recently used entry goes");
+    assert!(cache.entry_path(&new).unwrap().exists());
+}
+
+#[test]
 fn explain_shows_the_plan_bytes_and_stop_reasons() {
     let dir = tempfile::tempdir().unwrap();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/softmax.smelt");

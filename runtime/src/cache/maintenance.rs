@@ -5,6 +5,7 @@ use super::store::{KernelCache, ENTRY_EXT, TMP_PREFIX};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 /// Counts for one target.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,6 +30,8 @@ pub struct CacheStats {
     /// Entries in this process's memory.
     pub memory_entries: usize,
     pub memory_bytes: u64,
+    /// The folder's size limit ([`KernelCache::max_bytes`]); `None`: unlimited or no folder.
+    pub max_bytes: Option<u64>,
 }
 
 impl fmt::Display for CacheStats {
@@ -38,6 +41,15 @@ impl fmt::Display for CacheStats {
             None => writeln!(f, "cache folder: none (memory only)")?,
         }
         writeln!(f, "entries: {} ({} bytes)", self.entries, self.bytes)?;
+        if self.dir.is_some() {
+            match self.max_bytes {
+                Some(max) => writeln!(
+                    f,
+                    "size limit: {max} bytes (SMELT_CACHE_MAX_SIZE; least recently used entries go first)"
+                )?,
+                None => writeln!(f, "size limit: none (SMELT_CACHE_MAX_SIZE=unlimited)")?,
+            }
+        }
         for (target, s) in &self.per_target {
             writeln!(f, "  {target}: {} entries, {} bytes", s.entries, s.bytes)?;
         }
@@ -57,11 +69,13 @@ pub struct ClearReport {
 }
 
 /// A file in the cache layout: an entry or a temporary file, two folders below a target.
-struct CacheFile {
-    path: PathBuf,
-    target: String,
-    bytes: u64,
-    temp: bool,
+pub(crate) struct CacheFile {
+    pub(crate) path: PathBuf,
+    pub(crate) target: String,
+    pub(crate) bytes: u64,
+    pub(crate) temp: bool,
+    /// For an entry, the time of its last use (see `prune.rs`); the Unix epoch if unknown.
+    pub(crate) modified: SystemTime,
 }
 
 fn is_hex(s: &str) -> bool {
@@ -70,7 +84,7 @@ fn is_hex(s: &str) -> bool {
 
 /// Every file of smelt's layout under `root`: `<target>/<16 hex>/<64 hex>.entry` and
 /// `.tmp-*` files beside them. Anything else in the folder is left alone.
-fn walk(root: &Path) -> (Vec<CacheFile>, Vec<PathBuf>) {
+pub(crate) fn walk(root: &Path) -> (Vec<CacheFile>, Vec<PathBuf>) {
     let mut files = Vec::new();
     let mut dirs = Vec::new();
     let Ok(targets) = std::fs::read_dir(root) else {
@@ -101,12 +115,15 @@ fn walk(root: &Path) -> (Vec<CacheFile>, Vec<PathBuf>) {
                 if !temp && !entry {
                     continue;
                 }
-                let bytes = e.metadata().map(|m| m.len()).unwrap_or(0);
+                let meta = e.metadata().ok();
                 files.push(CacheFile {
                     path: e.path(),
                     target: target.clone(),
-                    bytes,
+                    bytes: meta.as_ref().map_or(0, |m| m.len()),
                     temp,
+                    modified: meta
+                        .and_then(|m| m.modified().ok())
+                        .unwrap_or(SystemTime::UNIX_EPOCH),
                 });
             }
             dirs.push(g.path());
@@ -124,6 +141,7 @@ impl KernelCache {
             dir: self.dir().map(Path::to_path_buf),
             memory_entries,
             memory_bytes,
+            max_bytes: self.max_bytes(),
             ..CacheStats::default()
         };
         if let Some(root) = self.dir() {
@@ -170,6 +188,7 @@ impl KernelCache {
             for d in dirs {
                 let _ = std::fs::remove_dir(d);
             }
+            let _ = std::fs::remove_file(root.join(super::prune::STAMP));
         }
         report
     }

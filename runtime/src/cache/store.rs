@@ -81,6 +81,10 @@ pub enum Lookup {
 pub struct KernelCache {
     memory: Mutex<MemoryMap>,
     root: Option<PathBuf>,
+    /// The folder's size limit (`prune.rs`); `None`: unlimited.
+    max_bytes: Option<u64>,
+    /// The automatic prune this cache started, if any (`prune.rs`).
+    pub(crate) pruning: Mutex<Option<std::thread::JoinHandle<super::PruneReport>>>,
     degraded: Option<String>,
     write_warned: AtomicBool,
 }
@@ -99,18 +103,25 @@ impl KernelCache {
         KernelCache {
             memory: Mutex::new(HashMap::new()),
             root: None,
+            max_bytes: None,
+            pruning: Mutex::new(None),
             degraded: None,
             write_warned: AtomicBool::new(false),
         }
     }
 
-    /// A cache stored under `dir`, created if needed. If `dir` cannot be created or written,
-    /// the cache is memory-only and says why in [`KernelCache::degraded_reason`] and a warning.
+    /// A cache stored under `dir`, created if needed, with the size limit of
+    /// [`max_bytes_from_env`](super::max_bytes_from_env). If `dir` cannot be created or
+    /// written, the cache is memory-only and says why in [`KernelCache::degraded_reason`] and a
+    /// warning.
     pub fn open(dir: impl Into<PathBuf>) -> KernelCache {
         let dir = dir.into();
         let mut cache = Self::memory_only();
         match check_writable(&dir) {
-            Ok(()) => cache.root = Some(dir),
+            Ok(()) => {
+                cache.root = Some(dir);
+                cache.max_bytes = super::max_bytes_from_env();
+            }
             Err(reason) => {
                 log::warn!(
                     "kernel cache: {} is not usable ({reason}); caching in memory only",
@@ -151,6 +162,21 @@ impl KernelCache {
     /// The disk folder, if the cache has one.
     pub fn dir(&self) -> Option<&Path> {
         self.root.as_deref()
+    }
+
+    /// This cache with the folder's size limit set to `max_bytes` (`None`: unlimited) instead
+    /// of the environment's.
+    pub fn with_max_bytes(mut self, max_bytes: Option<u64>) -> KernelCache {
+        if self.root.is_some() {
+            self.max_bytes = max_bytes;
+        }
+        self
+    }
+
+    /// The size limit the folder is pruned to after writes (see [`KernelCache::prune`]);
+    /// `None` without a folder or without a limit.
+    pub fn max_bytes(&self) -> Option<u64> {
+        self.max_bytes
     }
 
     /// Why a disk cache asked for is memory-only; `None` when it works as asked.
@@ -208,6 +234,8 @@ impl KernelCache {
                 let payload: Arc<[u8]> = payload.into();
                 self.memory()
                     .insert(*key.digest(), (key.target().to_string(), payload.clone()));
+                // Its time of last use, for pruning.
+                super::prune::touch(&path);
                 Lookup::Hit(payload, HitSource::Disk)
             }
         }
@@ -257,15 +285,14 @@ impl KernelCache {
         self.memory()
             .insert(*key.digest(), (key.target().to_string(), payload.into()));
         if let Some(path) = self.entry_path(key) {
-            if let Err(e) = write_atomic(&path, &encode(&key.fields_text(), payload)) {
-                if !self.write_warned.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "kernel cache: cannot write {}: {e}; continuing without it",
-                        path.display()
-                    );
-                } else {
-                    log::debug!("kernel cache: cannot write {}: {e}", path.display());
-                }
+            let entry = encode(&key.fields_text(), payload);
+            match write_atomic(&path, &entry) {
+                Ok(()) => self.after_write(entry.len() as u64),
+                Err(e) if !self.write_warned.swap(true, Ordering::Relaxed) => log::warn!(
+                    "kernel cache: cannot write {}: {e}; continuing without it",
+                    path.display()
+                ),
+                Err(e) => log::debug!("kernel cache: cannot write {}: {e}", path.display()),
             }
         }
     }
@@ -330,8 +357,21 @@ fn check_writable(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and a rename.
+/// Writes `bytes` to `path` through a temporary file in the same folder and a rename. A
+/// prune (`prune.rs`) or `clear` in another thread or process may remove the folder, once
+/// empty, between its creation and the rename; the write then starts again, up to three times.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match write_once(path, bytes) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => continue,
+            result => return result,
+        }
+    }
+}
+
+fn write_once(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other("entry path has no parent folder"))?;
