@@ -198,3 +198,61 @@ mod tests {
         assert!(decode(&[0xff; 16]).is_none());
     }
 }
+
+#[cfg(all(test, feature = "llvm"))]
+mod load_tests {
+    use super::{compile_group, decode, encode, key, lookup};
+    use crate::cache::KernelCache;
+    use smelt_codegen::llvm::{host_target, JitModule, JitOptions};
+    use smelt_passes::kernel::{lower, Kernel, Program};
+
+    fn program() -> Program {
+        let t = smelt_frontend::Tracer::new();
+        let x = t.input("x", smelt_frontend::DType::F32, [4, 96]).unwrap();
+        let y = x.softmax(-1).unwrap().tanh().unwrap();
+        t.output("y", &y).unwrap();
+        let g = t.finish().unwrap();
+        let o = smelt_passes::optimize(&g, &Default::default()).unwrap();
+        lower(&o.graph, &o.plan).unwrap()
+    }
+
+    /// An entry whose checksum holds but whose payload does not load (no object file behind
+    /// its header, a function the object lacks, bytes `encode` did not write: a folder written
+    /// by something else) is a miss: the module is compiled, and the entry replaced by one
+    /// that loads.
+    #[test]
+    fn an_entry_that_decodes_but_does_not_load_is_compiled_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || KernelCache::open(dir.path()).with_max_bytes(None);
+        let program = program();
+        let kernels: Vec<&Kernel> = program.kernels().collect();
+        let options = JitOptions::default();
+        let target = host_target().unwrap().cache_key();
+        let k = key(&program, &kernels, &options, &target);
+        let real = compile_group(None, &program, &kernels, &options, &target).unwrap();
+        let names: Vec<&str> = real.module.functions().collect();
+        let bad: [(&str, Vec<u8>); 3] = [
+            (
+                "no object behind the header",
+                encode(&names, b"\x7fELF\x02\x01\x01 and no more"),
+            ),
+            (
+                "a function the object lacks",
+                encode(&["k_absent"], real.module.object()),
+            ),
+            ("bytes encode did not write", b"xy".to_vec()),
+        ];
+        for (what, payload) in bad {
+            open().insert(&k, &payload);
+            assert_eq!(&*lookup(&open(), &k).unwrap(), &payload[..], "{what}");
+            let compiled = compile_group(Some(&open()), &program, &kernels, &options, &target);
+            let compiled = compiled.unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(compiled.entries, real.entries, "{what}");
+            let stored = lookup(&open(), &k).unwrap();
+            let (functions, object) = decode(&stored).expect("a module entry");
+            assert_eq!(functions, names, "{what}: not replaced");
+            let loaded = JitModule::load("t", &options, String::new(), object.to_vec(), &functions);
+            assert!(loaded.is_ok(), "{what}: the replaced entry does not load");
+        }
+    }
+}
