@@ -3,8 +3,9 @@
 # test binaries of the CUDA runtime and the `smelt` CLI, all WITHOUT the LLVM feature (so they need
 # no libLLVM), stripped, in the git-ignored folder <repo>/gpu-bundle/:
 #
-#   gpu-bundle/bin/<test name>    cuda_exec, cache_concurrency, cache_entries, cuda_nvrtc,
-#                                 cuda_probe, cuda_codegen, smelt_runtime_lib (the unit tests)
+#   gpu-bundle/bin/<test name>    cuda_exec, cache_concurrency, cache_entries, cache_prune,
+#                                 cuda_nvrtc, cuda_probe, cuda_codegen, smelt_runtime_lib
+#                                 (the unit tests)
 #   gpu-bundle/bin/smelt          the CLI (`smelt bench --device cuda`, `smelt demo`)
 #   gpu-bundle/MANIFEST.txt       git revision, build date, the glibc it needs, file sizes
 #   gpu-bundle/SOURCES.sha256     the hashes of the sources it was built from (gpu-check.sh
@@ -24,7 +25,7 @@ if [[ "${1:-}" == "--max-mib" ]]; then
   max_mib="${2:?--max-mib needs a number}"
 fi
 
-tests=(cuda_exec cache_concurrency cache_entries cuda_nvrtc cuda_probe cuda_codegen)
+tests=(cuda_exec cache_concurrency cache_entries cache_prune cuda_nvrtc cuda_probe cuda_codegen)
 test_args=()
 for t in "${tests[@]}"; do
   test_args+=(--test "$t")

@@ -199,7 +199,7 @@ fi
 ptxas="${SMELT_PTXAS:-}"
 if [[ -z "$ptxas" ]]; then
   for f in $(near_nvrtc bin/ptxas cuda_nvcc/bin/ptxas) /usr/local/cuda/bin/ptxas "$(command -v ptxas)"; do
-    [[ -n "$f" && -x "$f" ]] && { ptxas="$(cd "$(dirname "$f")" && pwd)/ptxas"; break; }
+    [[ -n "$f" && -x "$f" ]] && { ptxas="$(readlink -f "$f")"; break; }
   done
 fi
 
@@ -292,6 +292,7 @@ optional=1
 step unit 40 "$bin/smelt_runtime_lib"
 step cache_entries 30 "$bin/cache_entries"
 step cache_concurrency 40 "$bin/cache_concurrency"
+step cache_prune 30 "$bin/cache_prune"
 optional=0
 
 if ((failed)); then finish 1 "a step failed"; else finish 0 ""; fi
