@@ -261,6 +261,50 @@ fn check_traced(
     )
 }
 
+/// Elementwise kernels large enough for several 16-byte packs per thread (`smelt_codegen::cuda`
+/// gives 4 to kernels of up to 2 input packs and 2 to kernels of 3 or 4 once the grid keeps
+/// 128 blocks), with a tail of packs that fills no whole block and a grid of 7 blocks that
+/// loops, against the interpreter.
+#[test]
+fn elementwise_kernels_with_several_packs_per_thread_match_the_interpreter_in_the_emulator() {
+    use smelt_frontend::Tracer;
+    if !compiler_or_skip("elementwise_kernels_with_several_packs_per_thread") {
+        return;
+    }
+    // 131072 + 1003 packs of 4 f32: 4 packs per thread with one input, 2 with three.
+    let (rows, cols) = (1003 + 131072 / 256, 1024);
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for inputs in [1, 3] {
+        let t = Tracer::new();
+        let x = t.input("x", DType::F32, [rows, cols]).unwrap();
+        let y = x
+            .mul(1.5)
+            .unwrap()
+            .add(0.5)
+            .unwrap()
+            .tanh()
+            .unwrap()
+            .mul(&x)
+            .unwrap();
+        let y = if inputs == 3 {
+            let r = t.input("r", DType::F32, [rows, cols]).unwrap();
+            let b = t.input("b", DType::F32, [cols]).unwrap();
+            y.add(&b).unwrap().mul(&r).unwrap()
+        } else {
+            y
+        };
+        t.output("y", &y).unwrap();
+        let graph = t.finish().unwrap();
+        let what = format!("{inputs} input(s), [{rows}, {cols}]");
+        match check_traced(&what, &graph, inputs, Some(7)) {
+            Ok(()) => ran += 1,
+            Err(e) => failures.push(e),
+        }
+    }
+    assert_no_failures(ran, &failures);
+}
+
 /// Views at offsets that are not multiples of a 16-byte pack (slices, narrowed rows, f16 and
 /// f64 as well as f32) run with the interpreter's values: the kernels use packs only where
 /// every access is aligned, and the emulator reports a misaligned pack as an error.
@@ -293,8 +337,9 @@ fn unaligned_views_match_the_interpreter_in_the_emulator() {
 }
 
 /// Row kernels on both sides of every threshold of `smelt_codegen::cuda`'s row strategies
-/// (thread per row up to 32, block per row above; registers up to 8 per thread, i.e. 4096,
-/// re-reads beyond; column reductions by thread from 2048 columns): softmax, layer_norm,
+/// (thread per row up to 32, warp per row up to 1024 (one warp per block below 4096 rows, four
+/// from 4096), block per row above; registers up to 8 per thread, i.e. 4096, re-reads beyond;
+/// column reductions by thread from 2048 columns): softmax, layer_norm,
 /// sums, max and argmax over rows and columns, in f32, f16 and bf16, against the interpreter.
 #[test]
 fn row_kernels_at_every_strategy_threshold_match_the_interpreter_in_the_emulator() {
@@ -310,6 +355,10 @@ fn row_kernels_at_every_strategy_threshold_match_the_interpreter_in_the_emulator
         (5, 32),
         (3, 33),
         (3, 128),
+        (9, 1000),
+        (3, 1024),
+        (3, 1025),
+        (4097, 40),
         (2, 4096),
         (2, 4097),
         (1, 9000),

@@ -34,8 +34,10 @@ pub(super) fn emit(cx: &mut Ctx, stage: &Stage, out: &mut String) -> (LaunchConf
         return (LaunchConfig::threads(0, BLOCK, 1), "elementwise".into());
     }
     let width = vector_width(cx, stage, &outer);
+    let mut per_thread = 1;
     if width > 1 {
-        emit_vector(cx, stage, stores, &outer, width, out);
+        let unroll = emit_vector(cx, stage, stores, &outer, width, out);
+        per_thread = width * unroll;
     } else {
         let idx = cx.idx;
         out.push_str(
@@ -50,12 +52,20 @@ pub(super) fn emit(cx: &mut Ctx, stage: &Stage, out: &mut String) -> (LaunchConf
         }
         out.push_str("    }\n");
     }
-    let strategy = if width > 1 {
+    let strategy = if width > 1 && per_thread == width {
         format!("elementwise, {width} elements per thread")
+    } else if width > 1 {
+        format!(
+            "elementwise, {per_thread} elements per thread ({} packs of {width})",
+            per_thread / width
+        )
     } else {
         "elementwise".into()
     };
-    (LaunchConfig::threads(n, BLOCK, u64::from(width)), strategy)
+    (
+        LaunchConfig::threads(n, BLOCK, u64::from(per_thread)),
+        strategy,
+    )
 }
 
 /// The vector width (1: scalar), following the rules in the module doc.
@@ -116,40 +126,63 @@ fn emit_vector(
     outer: &[usize],
     width: u32,
     out: &mut String,
-) {
+) -> u32 {
     let idx = cx.idx;
     let last = outer.len() - 1;
-    let _ = writeln!(
-        out,
-        "    // {width} elements per thread: 16-byte packs (buffers are 16-byte aligned)"
-    );
-    let _ = writeln!(
-        out,
-        "    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n / {width};\n         t += (long long)gridDim.x * blockDim.x) {{"
-    );
-    let _ = writeln!(out, "        const {idx} f = ({idx})(t * {width});");
-    let mut dec = String::new();
-    decompose(&mut dec, "        ", idx, "f", outer, 0);
-    let base = format!("x{last}");
-    out.push_str(&dec.replace(&format!("{base} ="), &format!("{base}_0 =")));
-    cx.rename = Some((last, format!("{base}_0")));
     // Input packs, one per distinct unit-stride (buffer, access), in body order.
     let mut packs: Vec<(BufferId, Access, String)> = Vec::new();
     for inst in &stage.body {
         if let InstOp::Load { buffer, access } = &inst.op {
             if is_unit(access, last) && !packs.iter().any(|(b, a, _)| b == buffer && a == access) {
-                let name = format!("p{}", packs.len());
-                let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(*buffer)));
-                let param = load_param(cx, *buffer);
-                let addr = cx.address(access);
-                let _ = writeln!(
-                    out,
-                    "        const {ty} {name} = *reinterpret_cast<const {ty}*>({param} + ({addr}));"
-                );
-                packs.push((*buffer, access.clone(), name));
+                packs.push((*buffer, access.clone(), format!("p{}", packs.len())));
             }
         }
     }
+    let unroll = packs_per_thread(packs.len(), numel(outer) / u64::from(width));
+    let _ = writeln!(
+        out,
+        "    // {width} elements per pack (16-byte accesses: buffers are 16-byte aligned), {unroll} pack{}\n    // per thread, blockDim.x apart: every input pack is loaded before any is used",
+        if unroll == 1 { "" } else { "s" }
+    );
+    let _ = writeln!(
+        out,
+        "    for (long long t0 = blockIdx.x * (long long)blockDim.x * {unroll} + threadIdx.x; t0 < n / {width};\n         t0 += (long long)gridDim.x * blockDim.x * {unroll}) {{"
+    );
+    // The flat index of pack `u` and its coordinates (the innermost one as `x{last}_0`).
+    let base = format!("x{last}");
+    let mut dec = String::new();
+    decompose(&mut dec, "                ", idx, "f", outer, 0);
+    let dec = dec.replace(&format!("{base} ="), &format!("{base}_0 ="));
+    let open_pack = |out: &mut String| {
+        let _ = writeln!(
+            out,
+            "        #pragma unroll\n        for (int u = 0; u < {unroll}; ++u) {{\n            const long long t = t0 + (long long)u * blockDim.x;\n            if (t < n / {width}) {{\n                const {idx} f = ({idx})(t * {width});"
+        );
+        out.push_str(&dec);
+    };
+    let close_pack = |out: &mut String| out.push_str("            }\n        }\n");
+    for (b, _, name) in &packs {
+        let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(*b)));
+        let _ = writeln!(out, "        {ty} {name}[{unroll}];");
+    }
+    // Phase 1: every input pack.
+    if !packs.is_empty() {
+        open_pack(out);
+        cx.rename = Some((last, format!("{base}_0")));
+        for (b, a, name) in &packs {
+            let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(*b)));
+            let param = load_param(cx, *b);
+            let addr = cx.address(a);
+            let _ = writeln!(
+                out,
+                "                {name}[u] = *reinterpret_cast<const {ty}*>({param} + ({addr}));"
+            );
+        }
+        cx.rename = None;
+        close_pack(out);
+    }
+    // Phase 2: compute and store.
+    open_pack(out);
     let mut outs: Vec<(BufferId, Access, String)> = Vec::new();
     for s in stores {
         if !outs
@@ -158,34 +191,39 @@ fn emit_vector(
         {
             let name = format!("q{}", outs.len());
             let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(s.buffer)));
-            let _ = writeln!(out, "        {ty} {name};");
+            let _ = writeln!(out, "                {ty} {name};");
             outs.push((s.buffer, s.access.clone(), name));
         }
     }
     let _ = writeln!(
         out,
-        "        #pragma unroll\n        for (int e = 0; e < {width}; ++e) {{"
+        "                #pragma unroll\n                for (int e = 0; e < {width}; ++e) {{"
     );
-    let _ = writeln!(out, "            const {idx} {base} = {base}_0 + e;");
-    cx.rename = None;
+    let _ = writeln!(
+        out,
+        "                    const {idx} {base} = {base}_0 + e;"
+    );
     let lanes: Vec<(BufferId, Access, String)> = packs.clone();
-    emit_body(cx, out, "            ", &stage.body, &|b, a| match lanes
-        .iter()
-        .find(|(pb, pa, _)| *pb == b && pa == a)
-    {
-        Some((_, _, name)) => LoadHow::Raw(format!("{name}.v[e]")),
-        None => LoadHow::Global,
-    });
+    emit_body(
+        cx,
+        out,
+        "                    ",
+        &stage.body,
+        &|b, a| match lanes.iter().find(|(pb, pa, _)| *pb == b && pa == a) {
+            Some((_, _, name)) => LoadHow::Raw(format!("{name}[u].v[e]")),
+            None => LoadHow::Global,
+        },
+    );
     for s in stores {
         let value = store_value(cx, s);
         if let Some((_, _, name)) = outs
             .iter()
             .find(|(b, a, _)| *b == s.buffer && *a == s.access)
         {
-            let _ = writeln!(out, "            {name}.v[e] = {value};");
+            let _ = writeln!(out, "                    {name}.v[e] = {value};");
         }
     }
-    out.push_str("        }\n");
+    out.push_str("                }\n");
     cx.rename = Some((last, format!("{base}_0")));
     for (b, a, name) in &outs {
         let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(*b)));
@@ -193,9 +231,31 @@ fn emit_vector(
         let addr = cx.address(a);
         let _ = writeln!(
             out,
-            "        *reinterpret_cast<{ty}*>({param} + ({addr})) = {name};"
+            "                *reinterpret_cast<{ty}*>({param} + ({addr})) = {name};"
         );
     }
     cx.rename = None;
+    close_pack(out);
     out.push_str("    }\n");
+    unroll
 }
+
+/// Packs per thread in a vectorised kernel of `packs` packs: enough independent 16-byte loads
+/// in flight per thread to cover the memory latency (a GPU needs tens of KiB in flight per
+/// multiprocessor to reach its bandwidth), fewer when many inputs would cost occupancy in
+/// registers, and 1 when fewer threads would leave the grid under `MIN_BLOCKS` blocks (a
+/// small kernel is bound by its latency, which spreading it over more multiprocessors cuts).
+fn packs_per_thread(input_packs: usize, packs: u64) -> u32 {
+    let mut unroll: u32 = match input_packs {
+        0..=2 => 4,
+        3..=4 => 2,
+        _ => 1,
+    };
+    while unroll > 1 && packs / u64::from(BLOCK * unroll) < MIN_BLOCKS {
+        unroll /= 2;
+    }
+    unroll
+}
+
+/// The fewest blocks a vectorised kernel with several packs per thread is launched with.
+const MIN_BLOCKS: u64 = 128;

@@ -164,6 +164,15 @@ static __device__ __forceinline__ sm_arg<T> sm_shfl(sm_arg<T> v, int o) {
     sm_arg<T> r; r.v = sm_shfl(v.v, o); r.i = sm_shfl(v.i, o); return r;
 }
 
+// Warp reduction with the same fixed xor butterfly: every lane returns the same value; all 32
+// lanes of the warp must call it.
+template <typename T, typename C>
+static __device__ __forceinline__ T sm_warp_reduce(T v, C combine) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = combine(v, sm_shfl(v, o));
+    return v;
+}
+
 // Block reduction with a fixed tree (deterministic for a given block size): an xor butterfly
 // inside each warp, the warp results through shared memory, then a butterfly over them that
 // every warp runs, so every thread returns the same value. blockDim.x must be a power of two,

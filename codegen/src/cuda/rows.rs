@@ -1,27 +1,37 @@
 //! Kernels with inner loops (reductions, row kernels such as softmax and layer_norm).
 //!
-//! Two strategies, chosen from `R`, the largest inner extent of any stage:
+//! Three strategies, chosen from `R`, the largest inner extent of any stage:
 //!
 //! - **Thread per outer index** (`R ≤ 32`, e.g. a reduction over a short axis; or a column
 //!   reduction — loads contiguous in the outer dim, not in the inner one — with at least 2048
 //!   outer indices): a grid-stride loop over outer indices; each thread runs every stage's
 //!   inner loop sequentially, in the IR's order (blocks of 256 threads). Short rows would leave
-//!   most of a warp idle in the block strategy, and columns read this way are coalesced across
-//!   the warp. (Column reductions with few columns still use blocks, with strided reads;
+//!   most of a warp idle in the other strategies, and columns read this way are coalesced
+//!   across the warp. (Column reductions with few columns still use blocks, with strided reads;
 //!   tiling them is future work.)
-//! - **Block per outer index** (`R > 32`): a grid-stride loop over outer indices with one block
-//!   of `B = clamp(next_pow2(⌈R/4⌉), 32, 512)` threads per index. Each stage's inner index `j`
-//!   is strided across the threads (`j = tid + k·B`); a reduction combines each thread's
-//!   elements in order, then `sm_block_reduce` (the prelude) combines the `B` partials
+//! - **Warp per outer index** (`32 < R ≤ 1024`: softmax and layer_norm at transformer widths):
+//!   a grid-stride loop over outer indices with one warp per index, 4 warps per block from
+//!   4096 outer indices (1 below, to spread few rows over many multiprocessors). Each stage's
+//!   inner index is strided across the 32 lanes (`j = lane + k·32`), every stage's row fits in
+//!   registers (`K = ⌈R/32⌉ ≤ 32` per lane, so all of a lane's loads are in flight at once),
+//!   and a reduction ends in `sm_warp_reduce` (the prelude: the xor butterfly of warp
+//!   shuffles), with no shared memory and no barrier. Rows of a warp are independent, so the
+//!   loop exit is uniform within the warp, as the shuffles need.
+//! - **Block per outer index** (`R > 1024`): a grid-stride loop over outer indices with one
+//!   block of `B = clamp(next_pow2(⌈R/4⌉), 32, 512)` threads per index. Each stage's inner
+//!   index `j` is strided across the threads (`j = tid + k·B`); a reduction combines each
+//!   thread's elements in order, then `sm_block_reduce` (the prelude) combines the `B` partials
 //!   with a fixed xor-butterfly tree (warp shuffles, then the warps' results through shared
 //!   memory), so the result does not depend on timing and every thread holds it for the later
 //!   stages. argmax/argmin combine (value, index) pairs with ties to the smaller index and NaN
-//!   winning, which gives the first extreme element in any combining order.
+//!   winning, which gives the first extreme element in any combining order (in both parallel
+//!   strategies).
 //!
 //! **Row caching.** When a stage's row fits in `K ≤ 8` elements per thread (`R ≤ 8·B`, up to
-//! 4096 elements), its loop is fully unrolled over `k`; a load of the same buffer and affine
-//! access in several such stages with equal inner dims (softmax's `x`) is read from global
-//! memory once, by the first stage, into a per-thread register array `c[k]` and reused.
+//! 4096 elements; `K ≤ 32` per lane in the warp strategy), its loop is fully unrolled over
+//! `k`; a load of the same buffer and affine access in several such stages with equal inner
+//! dims (softmax's `x`) is read from global memory once, by the first stage, into a
+//! per-thread register array `c[k]` and reused.
 //! **Fallback:** longer rows use a plain strided loop and every stage re-reads its inputs from
 //! global memory (usually from L2). A single huge reduction (one outer index) runs on one block:
 //! correct but slow; splitting it across blocks is future work.
@@ -40,7 +50,23 @@ const SERIAL_MAX: u64 = 32;
 const COLUMN_MIN: u64 = 2048;
 /// At most this many elements per thread are held in registers.
 const CACHE_MAX: u64 = 8;
-/// The largest grid of the block-per-row strategy; blocks loop beyond it.
+/// Rows up to this long (and longer than `SERIAL_MAX`) run one warp per outer index.
+const WARP_MAX: u64 = 1024;
+/// At most this many elements per lane are held in registers by the warp-per-row strategy
+/// (`WARP_MAX / 32`: every row it takes is cached).
+const WARP_CACHE_MAX: u64 = 32;
+/// Warps (rows in flight) per block of the warp-per-row strategy: 4 (blocks of 128 threads,
+/// so 16 resident blocks fill a multiprocessor) from `WARP_BLOCK_ROWS` rows, else 1 (small
+/// row counts spread over as many multiprocessors as they can).
+fn warps_per_block(n: u64) -> u32 {
+    if n >= WARP_BLOCK_ROWS {
+        4
+    } else {
+        1
+    }
+}
+const WARP_BLOCK_ROWS: u64 = 4096;
+/// The largest grid of the row strategies; blocks loop beyond it.
 const ROW_GRID_CAP: u64 = 1 << 20;
 
 /// The block size of the block-per-row strategy for rows of `r` elements.
@@ -74,23 +100,42 @@ pub(super) fn emit(cx: &mut Ctx, out: &mut String) -> (LaunchConfig, String) {
             "thread per outer index".into(),
         );
     }
-    let b = row_block(r);
-    let _ = writeln!(
-        out,
-        "    // one block of {b} threads per outer index; inner loops strided across threads"
-    );
-    for (s, stage) in k.stages.iter().enumerate() {
-        if let StageEffect::Reduce {
-            value, combiner, ..
-        } = &stage.effect
-        {
-            let t = acc_type(cx, stage, *value, *combiner);
-            let _ = writeln!(out, "    __shared__ {t} sm_red{s}[32];");
+    // Rows up to WARP_MAX run a warp each; longer rows a block each.
+    let warp = r <= WARP_MAX;
+    let wpb = warps_per_block(n);
+    let b = if warp { 32 } else { row_block(r) };
+    let cache_max = if warp { WARP_CACHE_MAX } else { CACHE_MAX };
+    if warp {
+        let _ = writeln!(
+            out,
+            "    // one warp per outer index, {wpb} per block; inner loops strided across the lanes"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "    // one block of {b} threads per outer index; inner loops strided across threads"
+        );
+        for (s, stage) in k.stages.iter().enumerate() {
+            if let StageEffect::Reduce {
+                value, combiner, ..
+            } = &stage.effect
+            {
+                let t = acc_type(cx, stage, *value, *combiner);
+                let _ = writeln!(out, "    __shared__ {t} sm_red{s}[32];");
+            }
         }
     }
-    let caches = plan_caches(cx, b);
-    let _ = writeln!(out, "    const {idx} tid = threadIdx.x;");
-    out.push_str("    for (long long row = blockIdx.x; row < n; row += gridDim.x) {\n");
+    let caches = plan_caches(cx, b, cache_max);
+    if warp {
+        let _ = writeln!(out, "    const {idx} tid = threadIdx.x & 31;");
+        let _ = writeln!(
+            out,
+            "    for (long long row = blockIdx.x * {wpb}LL + (threadIdx.x >> 5); row < n;\n         row += (long long)gridDim.x * {wpb}) {{"
+        );
+    } else {
+        let _ = writeln!(out, "    const {idx} tid = threadIdx.x;");
+        out.push_str("    for (long long row = blockIdx.x; row < n; row += gridDim.x) {\n");
+    }
     let _ = writeln!(out, "        const {idx} f = ({idx})row;");
     decompose(out, "        ", idx, "f", &k.outer, 0);
     for (i, c) in caches.iter().enumerate() {
@@ -105,20 +150,29 @@ pub(super) fn emit(cx: &mut Ctx, out: &mut String) -> (LaunchConfig, String) {
     for (s, stage) in k.stages.iter().enumerate() {
         let kk = numel(&stage.inner).div_ceil(u64::from(b));
         let form = if stage.inner.is_empty() {
-            Form::Strided { b }
-        } else if kk <= CACHE_MAX {
+            Form::Strided { b, warp }
+        } else if kk <= cache_max {
             Form::Unrolled {
                 b,
                 k: kk,
                 caches: &caches,
                 stage: s,
+                warp,
             }
         } else {
-            Form::Strided { b }
+            Form::Strided { b, warp }
         };
         emit_stage(cx, out, s, stage, &form);
     }
     out.push_str("    }\n");
+    if warp {
+        let launch = LaunchConfig {
+            grid: n.div_ceil(u64::from(wpb)).clamp(1, ROW_GRID_CAP) as u32,
+            block: 32 * wpb,
+            shared_bytes: 0,
+        };
+        return (launch, "warp per outer index".into());
+    }
     let launch = LaunchConfig {
         grid: n.clamp(1, ROW_GRID_CAP) as u32,
         block: b,
@@ -163,11 +217,11 @@ struct Cache {
     stages: Vec<usize>,
 }
 
-fn plan_caches(cx: &Ctx, b: u32) -> Vec<Cache> {
+fn plan_caches(cx: &Ctx, b: u32, cache_max: u64) -> Vec<Cache> {
     let mut caches: Vec<Cache> = Vec::new();
     for (s, stage) in cx.k.stages.iter().enumerate() {
         let k = numel(&stage.inner).div_ceil(u64::from(b));
-        if k > CACHE_MAX || k == 0 || stage.inner.is_empty() {
+        if k > cache_max || k == 0 || stage.inner.is_empty() {
             continue;
         }
         for inst in &stage.body {
@@ -201,15 +255,18 @@ fn plan_caches(cx: &Ctx, b: u32) -> Vec<Cache> {
 enum Form<'a> {
     /// One thread runs the whole loop.
     Serial,
-    /// `for k < K` unrolled, `j = tid + k·B`, with row caches.
+    /// `for k < K` unrolled, `j = tid + k·B`, with row caches; `warp`: the `B = 32` lanes of
+    /// one warp share the index (reductions through `sm_warp_reduce`), else the whole block
+    /// (`sm_block_reduce`).
     Unrolled {
         b: u32,
         k: u64,
         caches: &'a [Cache],
         stage: usize,
+        warp: bool,
     },
     /// `for (j = tid; j < R; j += B)`.
-    Strided { b: u32 },
+    Strided { b: u32, warp: bool },
 }
 
 /// The C type of a reduction's per-thread partial (`sm_arg<T>` for arg reductions).
@@ -274,7 +331,7 @@ fn emit_stage(cx: &mut Ctx, out: &mut String, s: usize, stage: &Stage, form: &Fo
             Form::Serial => {
                 let _ = writeln!(out, "{ind}for ({idx} j = 0; j < {r}; ++j) {{");
             }
-            Form::Strided { b } => {
+            Form::Strided { b, .. } => {
                 let _ = writeln!(out, "{ind}for ({idx} j = tid; j < {r}; j += {b}) {{");
             }
             Form::Unrolled { b, k, .. } => {
@@ -349,6 +406,10 @@ fn emit_stage(cx: &mut Ctx, out: &mut String, s: usize, stage: &Stage, form: &Fo
         return;
     };
     let parallel = !matches!(form, Form::Serial);
+    let warp = matches!(
+        form,
+        Form::Unrolled { warp: true, .. } | Form::Strided { warp: true, .. }
+    );
     if is_arg(combiner) {
         if parallel {
             let t = cx.value_ctype(value);
@@ -356,10 +417,14 @@ fn emit_stage(cx: &mut Ctx, out: &mut String, s: usize, stage: &Stage, form: &Fo
             let _ = writeln!(out, "{ind}sm_arg<{t}> p{s};");
             let _ = writeln!(out, "{ind}p{s}.v = a{s}_v;");
             let _ = writeln!(out, "{ind}p{s}.i = a{s}_i;");
-            let _ = writeln!(
-                out,
-                "{ind}p{s} = sm_block_reduce(p{s}, [](sm_arg<{t}> a, sm_arg<{t}> b) {{ return sm_arg_pick({max}, a, b); }}, sm_red{s});"
-            );
+            let pick =
+                format!("[](sm_arg<{t}> a, sm_arg<{t}> b) {{ return sm_arg_pick({max}, a, b); }}");
+            let call = if warp {
+                format!("sm_warp_reduce(p{s}, {pick})")
+            } else {
+                format!("sm_block_reduce(p{s}, {pick}, sm_red{s})")
+            };
+            let _ = writeln!(out, "{ind}p{s} = {call};");
             let _ = writeln!(out, "{ind}a{s}_i = p{s}.i;");
         }
         let _ = writeln!(
@@ -371,10 +436,13 @@ fn emit_stage(cx: &mut Ctx, out: &mut String, s: usize, stage: &Stage, form: &Fo
         let t = compute_type(acc);
         if parallel {
             let comb = combine(combiner, acc, "a", "b");
-            let _ = writeln!(
-                out,
-                "{ind}a{s} = sm_block_reduce(a{s}, []({t} a, {t} b) {{ return {comb}; }}, sm_red{s});"
-            );
+            let f = format!("[]({t} a, {t} b) {{ return {comb}; }}");
+            let call = if warp {
+                format!("sm_warp_reduce(a{s}, {f})")
+            } else {
+                format!("sm_block_reduce(a{s}, {f}, sm_red{s})")
+            };
+            let _ = writeln!(out, "{ind}a{s} = {call};");
         }
         let _ = writeln!(out, "{ind}const {t} v{} = a{s};", result.0);
     }
