@@ -6,12 +6,14 @@
 //! ([`LaunchPlan::build`]), compiles the plan's CUDA C with NVRTC through the kernel cache for
 //! that architecture, loads the module (cubin, or PTX the driver JIT-compiles), looks up every
 //! entry point, uploads constants and the parameters given once, and allocates one device arena
-//! (temporaries + inputs), one pinned staging buffer and (when a GEMM step uses it) a cuBLAS
-//! handle. [`CudaProgram::run`] / [`CudaProgram::run_into`] copy the inputs through the pinned
-//! staging buffer, enqueue every copy, launch and cuBLAS call asynchronously on the stream,
+//! (temporaries + inputs) and (when a GEMM step uses it) a cuBLAS handle.
+//! [`CudaProgram::run`] / [`CudaProgram::run_into`] copy the inputs through a pinned staging
+//! buffer (allocated by the first such run: pinning is slow, and device-only callers never need
+//! it), enqueue every copy, launch and cuBLAS call asynchronously on the stream,
 //! synchronise once and copy the outputs out. [`CudaProgram::run_device`] takes and returns
-//! [`DeviceTensor`]s: inputs are read where they are, outputs are copied device to device, so
-//! graphs chain without host copies. Every run ends with one stream synchronisation.
+//! [`DeviceTensor`]s: inputs are read where they are, and outputs are written by the kernels
+//! straight into the caller's tensors where the plan allows ([`direct_outputs`]), else copied
+//! device to device, so graphs chain without host copies. Every run ends with one stream synchronisation.
 //!
 //! Streams: the program owns a non-blocking stream unless [`CudaOptions::stream`] gives one;
 //! the `*_on_stream` variants run on a caller's stream (of the same context, [`cuda_context`]).
@@ -21,7 +23,7 @@
 
 use super::cublas_lib::{self, compute_type, data_type, CublasLib, Handle};
 use super::exec_error::{driver_err, invalid, CudaExecError, ExecResult};
-use super::launch::{GemmBackend, KernelArg, LaunchPlan, LaunchStep, Trans};
+use super::launch::{BufferLoc, GemmBackend, KernelArg, LaunchPlan, LaunchStep, Trans};
 use super::{driver, nvrtc, Arch, CompileOptions, KernelImage};
 use crate::cache::KernelCache;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr};
@@ -229,6 +231,15 @@ impl Drop for PinnedAlloc {
     }
 }
 
+/// The bytes `offset..offset + len` of the staging buffer (allocated before any run that
+/// copies through it).
+fn staged(staging: &mut Option<PinnedAlloc>, offset: usize, len: usize) -> ExecResult<&mut [u8]> {
+    match staging {
+        Some(s) => Ok(s.slice(offset, len)),
+        None => Err(invalid("internal: a host copy without a staging buffer")),
+    }
+}
+
 /// A cuBLAS handle, destroyed on drop.
 struct CublasHandle {
     lib: &'static CublasLib,
@@ -420,7 +431,10 @@ impl DeviceTensor {
 /// Per-run state, reused across runs: behind the program's mutex.
 struct RunState {
     arena: DeviceAlloc,
-    staging: PinnedAlloc,
+    /// The pinned buffer host inputs and outputs go through, allocated by the first run that
+    /// copies to or from the host (pinning hundreds of megabytes takes a large part of a
+    /// second, which programs run only on device tensors never pay).
+    staging: Option<PinnedAlloc>,
     cublas: Option<CublasHandle>,
     ptrs: Vec<u64>,
     /// Where each status word is copied at the end of a run (4 bytes each); none when no
@@ -446,6 +460,32 @@ fn status_words(modules: &[Arc<CudaModule>], stream: &Arc<CudaStream>) -> ExecRe
         }
     }
     Ok(words)
+}
+
+/// Per output of `plan`: whether its buffer can be redirected to the caller's device tensor:
+/// a temporary of exactly the output's size (not an input, a constant or a view of a larger
+/// buffer), written by some step (an unwritten output reads as the zeroed arena's zeros), and
+/// no other output's buffer. Every step then addresses the caller's memory for that buffer,
+/// which saves a device-to-device copy of the output (as many bytes again as the kernel
+/// wrote).
+pub(super) fn direct_outputs(program: &Program, plan: &LaunchPlan) -> Vec<bool> {
+    let written: std::collections::HashSet<usize> = program
+        .steps
+        .iter()
+        .flat_map(|s| match s {
+            Step::Kernel(k) => k.writes.iter().map(|b| b.0 as usize).collect::<Vec<_>>(),
+            Step::Gemm(g) => vec![g.out.0 as usize],
+        })
+        .collect();
+    plan.outputs
+        .iter()
+        .map(|o| {
+            matches!(o.loc, BufferLoc::Arena { .. })
+                && plan.bytes[o.buffer] == o.numel * o.dtype.size_bytes()
+                && written.contains(&o.buffer)
+                && plan.outputs.iter().filter(|p| p.buffer == o.buffer).count() == 1
+        })
+        .collect()
 }
 
 /// The kernel steps of `program` that read or write through a computed index (the ones whose
@@ -491,6 +531,9 @@ pub struct CudaProgram {
     status_words: Vec<u64>,
     /// The kernels that can set them, named by an `IndexOutOfRange` error.
     checked_kernels: String,
+    /// Per output: whether a device-tensor run may let the kernels write it straight into the
+    /// caller's tensor ([`direct_outputs`]) instead of the arena and a copy.
+    direct_outputs: Vec<bool>,
     output_shapes: Vec<Shape>,
     info: CudaDeviceInfo,
     compile_log: String,
@@ -746,7 +789,6 @@ impl CudaProgram {
         unsafe { result::memset_d8_sync(arena.ptr, 0, plan.arena_bytes.max(1)) }
             .map_err(driver_err("cuMemsetD8"))?;
         settle(&ctx)?;
-        let staging = PinnedAlloc::new(&ctx, plan.staging_bytes)?;
         let status_words = status_words(&modules, &stream)?;
         let status = match status_words.len() {
             0 => None,
@@ -773,13 +815,14 @@ impl CudaProgram {
             consts,
             state: Mutex::new(RunState {
                 arena,
-                staging,
+                staging: None,
                 cublas,
                 ptrs,
                 status,
             }),
             status_words,
             checked_kernels: computed_access_kernels(program),
+            direct_outputs: direct_outputs(program, &plan),
             output_shapes,
             info,
             compile_log,
@@ -1022,6 +1065,10 @@ impl CudaProgram {
         // A second run of this program waits here for the first to finish.
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
+        let host = matches!(inputs, Inputs::Host(_)) || matches!(outputs, Outputs::Host(_));
+        if host && state.staging.is_none() {
+            state.staging = Some(PinnedAlloc::new(&self.ctx, self.plan.staging_bytes)?);
+        }
         let enqueued = self.enqueue(stream, state, &inputs, &device_ptrs, &mut outputs);
         // Whether or not everything was enqueued, nothing may still use the arena or the
         // staging buffer when the lock is released. Called directly rather than through
@@ -1055,11 +1102,50 @@ impl CudaProgram {
         if let Outputs::Host(outs) = &mut outputs {
             for (o, t) in self.plan.outputs.iter().zip(outs.iter_mut()) {
                 let bytes = o.numel * o.dtype.size_bytes();
-                let src = state.staging.slice(o.staging_offset, bytes);
+                let src = staged(&mut state.staging, o.staging_offset, bytes)?;
                 fill_host(t, src)?;
             }
         }
         Ok(())
+    }
+
+    /// Points the buffers of the outputs that allow it ([`direct_outputs`]) at the caller's
+    /// device tensors, except where a tensor overlaps an input or another output (then the run
+    /// keeps the arena and copies, so aliasing stays harmless). Returns which were redirected.
+    fn redirect_outputs(&self, outputs: &Outputs, inputs: &[u64], ptrs: &mut [u64]) -> Vec<bool> {
+        let Outputs::Device(t) = outputs else {
+            return vec![false; self.plan.outputs.len()];
+        };
+        let range = |p: u64, bytes: usize| (p, p + bytes as u64);
+        let overlaps = |a: (u64, u64), b: (u64, u64)| a.0 < b.1 && b.0 < a.1;
+        let outs: Vec<(u64, u64)> = self
+            .plan
+            .outputs
+            .iter()
+            .zip(t.iter())
+            .map(|(o, t)| range(t.alloc.ptr, o.numel * o.dtype.size_bytes()))
+            .collect();
+        let ins: Vec<(u64, u64)> = self
+            .plan
+            .inputs
+            .iter()
+            .zip(inputs)
+            .map(|(s, &p)| range(p, s.numel * s.dtype.size_bytes()))
+            .collect();
+        let mut direct = vec![false; outs.len()];
+        for (i, o) in self.plan.outputs.iter().enumerate() {
+            let mine = outs[i];
+            let alias = ins.iter().any(|&r| overlaps(mine, r))
+                || outs
+                    .iter()
+                    .enumerate()
+                    .any(|(j, &r)| j != i && overlaps(mine, r));
+            if self.direct_outputs[i] && mine.0 != mine.1 && !alias {
+                ptrs[o.buffer] = mine.0;
+                direct[i] = true;
+            }
+        }
+        direct
     }
 
     fn enqueue(
@@ -1078,13 +1164,14 @@ impl CudaProgram {
         };
         self.plan
             .resolve_pointers(arena, self.consts.ptr, device, &mut state.ptrs);
+        let direct = self.redirect_outputs(outputs, device_ptrs, &mut state.ptrs);
         if let Inputs::Host(m) = inputs {
             for s in &self.plan.inputs {
                 let bytes = host_bytes(m[&s.name].data());
                 if bytes.is_empty() {
                     continue;
                 }
-                let staged = state.staging.slice(s.staging_offset, bytes.len());
+                let staged = staged(&mut state.staging, s.staging_offset, bytes.len())?;
                 staged.copy_from_slice(bytes);
                 // SAFETY: the destination is this input's slot in the arena (room for its
                 // bytes by the plan); the source is pinned memory owned by the run state, not
@@ -1226,12 +1313,13 @@ impl CudaProgram {
             let src = state.ptrs[o.buffer];
             match outputs {
                 Outputs::Host(_) => {
-                    let staged = state.staging.slice(o.staging_offset, bytes);
+                    let staged = staged(&mut state.staging, o.staging_offset, bytes)?;
                     // SAFETY: `src` holds the output buffer's bytes; the destination is pinned
                     // memory read only after the stream is synchronised.
                     unsafe { result::memcpy_dtoh_async(staged, src, cu_stream) }
                         .map_err(driver_err("cuMemcpyDtoHAsync"))?;
                 }
+                Outputs::Device(_) if direct[i] => {}
                 Outputs::Device(t) => {
                     // SAFETY: both hold `bytes` bytes (dtype and element count checked); the
                     // destination is the caller's tensor, distinct from the arena.
@@ -1264,6 +1352,34 @@ mod tests {
     fn programs_and_device_tensors_are_send_and_sync() {
         assert_send_sync::<CudaProgram>();
         assert_send_sync::<DeviceTensor>();
+    }
+
+    /// Which outputs a device run writes straight into the caller's tensors: a computed one,
+    /// not an input passed through, and not one whose buffer another output shares.
+    #[test]
+    fn only_whole_written_unshared_temporaries_are_direct_outputs() {
+        use smelt_frontend::Tracer;
+        let t = Tracer::new();
+        let x = t.input("x", DType::F32, [4, 8]).unwrap();
+        let y = x.add(1.0).unwrap().exp().unwrap();
+        t.output("y", &y).unwrap();
+        t.output("x_again", &x).unwrap();
+        t.output("y_again", &y).unwrap();
+        t.output("z", &y.mul(2.0).unwrap()).unwrap();
+        let graph = t.finish().unwrap();
+        let opt = smelt_passes::optimize(&graph, &smelt_passes::PassOptions::default()).unwrap();
+        let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan).unwrap();
+        let plan = LaunchPlan::build(&program, &|_| false, GemmBackend::Cublas).unwrap();
+        let direct: HashMap<&str, bool> = plan
+            .outputs
+            .iter()
+            .map(|o| o.name.as_str())
+            .zip(direct_outputs(&program, &plan))
+            .collect();
+        assert!(!direct["x_again"], "{direct:?}");
+        assert!(direct["z"], "{direct:?}");
+        // One buffer for two outputs: both copied.
+        assert!(!direct["y"] && !direct["y_again"], "{direct:?}");
     }
 
     #[test]
