@@ -236,6 +236,8 @@ fn cli_writes_json_and_chart() {
                 assert!(t["iterations"].as_u64().unwrap() >= 3);
             }
         }
+        // GPU time (CUDA events) only where there is a GPU.
+        assert!(c["fused_gpu"].is_null(), "{c}");
         assert!(c["speedup_run_into"].is_f64() && c["speedup_run"].is_f64());
         for key in [
             "fused_cold_ms",

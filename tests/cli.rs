@@ -296,6 +296,9 @@ fn demo_and_bench_run_on_a_cuda_device() {
             "{}: fused and unfused differ by {diff}",
             c["name"]
         );
+        // The fused plan's GPU time from CUDA events, next to its wall time.
+        assert!(c["fused_gpu"]["median_ms"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["fused_gpu"]["iterations"].as_u64().unwrap() >= 1, "{c}");
     }
 }
 

@@ -134,6 +134,35 @@ pub fn tables(r: &Report) -> String {
     let _ = writeln!(s, "\npreallocated outputs ({}):", series(gpu).0);
     table(&mut s, &rows, 2);
 
+    if r.cases.iter().any(|c| c.fused_gpu.is_some()) {
+        let mut rows = vec![row(&[
+            "case",
+            "fused wall",
+            "fused GPU",
+            "wall - GPU",
+            "GB/s GPU",
+            "% copy GPU",
+        ])];
+        for c in &r.cases {
+            let Some(g) = &c.fused_gpu else { continue };
+            rows.push(vec![
+                c.name.clone(),
+                ms(c.fused_alone.run_into.median_ms),
+                ms(g.median_ms),
+                ms(c.fused_alone.run_into.median_ms - g.median_ms),
+                format!("{:.1}", g.gbps),
+                pct(g),
+            ]);
+        }
+        let _ = writeln!(
+            s,
+            "\nGPU time of the fused run_device_into, called back to back (CUDA events around \
+             the run's work; the wall times above add the host's launch and synchronisation \
+             latency):"
+        );
+        table(&mut s, &rows, 1);
+    }
+
     let mut rows = vec![row(&[
         "case",
         "unfused",

@@ -91,6 +91,9 @@ impl CaseResult {
             p.run_into.set_copy_reference(copy_gbps);
             p.run.set_copy_reference(copy_gbps);
         }
+        if let Some(g) = &mut self.fused_gpu {
+            g.set_copy_reference(copy_gbps);
+        }
     }
 }
 
@@ -146,6 +149,10 @@ pub struct CaseResult {
     /// The fused plan's series again, its calls back to back rather than alternating with
     /// the unfused plan's.
     pub fused_alone: PlanTimes,
+    /// On a GPU: the fused plan's `run_device_into` calls timed by CUDA events around their
+    /// work (the kernels' time, without the host's launch and synchronisation latency that
+    /// every wall time above includes); `None` on the CPU.
+    pub fused_gpu: Option<Timing>,
     /// Unfused median over fused median, `run_into`.
     pub speedup_run_into: f64,
     /// Unfused median over fused median, `run`.
@@ -200,6 +207,20 @@ fn time_pair(
 ) -> Result<(Series, Series)> {
     let s = time_rounds(budget, &mut [&mut a, &mut b])?;
     Ok((s[0], s[1]))
+}
+
+/// The times `f` reports (the GPU time of each run: CUDA events), call after call, under the
+/// same budget as [`time_rounds`], after one unreported call.
+fn reported_times(budget: &Budget, mut f: impl FnMut() -> Result<Duration>) -> Result<Series> {
+    f()?;
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < budget.max_iters.max(1)
+        && (times.len() < budget.min_iters.max(1) || start.elapsed() < budget.min_time)
+    {
+        times.push(f()?);
+    }
+    Ok(summary(times))
 }
 
 /// Wall times of `f` alone, call after call (see [`time_rounds`]).
@@ -318,6 +339,8 @@ pub(super) struct PairSeries {
     pub fresh: (Series, Series),
     /// The second plan's `run_into` and `run` alone, call after call, when asked for.
     pub alone: Option<(Series, Series)>,
+    /// On a GPU, with `alone`: the GPU time of the second plan's `run_device_into` calls.
+    pub gpu: Option<Series>,
 }
 
 /// Times plans `a` and `b` (`labels` name them in progress lines) on `inputs`: preallocated
@@ -349,18 +372,31 @@ pub(super) fn time_plans(
                 || a.run_device(&dev_a).map(drop).map_err(cuda_err),
                 || b.run_device(&dev_b).map(drop).map_err(cuda_err),
             )?;
-            let alone = if b_alone {
+            let (alone, gpu) = if b_alone {
                 progress(&format!("run_device_into and run_device, {lb} alone"));
-                Some((
+                let alone = (
                     time_alone(budget, || {
                         b.run_device_into(&dev_b, &mut out_b).map_err(cuda_err)
                     })?,
                     time_alone(budget, || b.run_device(&dev_b).map(drop).map_err(cuda_err))?,
-                ))
+                );
+                progress(&format!(
+                    "run_device_into, {lb} alone, GPU time (CUDA events)"
+                ));
+                let gpu = reported_times(budget, || {
+                    b.run_device_into_timed(&dev_b, &mut out_b)
+                        .map_err(cuda_err)
+                })?;
+                (Some(alone), Some(gpu))
             } else {
-                None
+                (None, None)
             };
-            Ok(PairSeries { into, fresh, alone })
+            Ok(PairSeries {
+                into,
+                fresh,
+                alone,
+                gpu,
+            })
         }
         _ => {
             let (mut out_a, mut out_b) = (zeros_like_outputs(a), zeros_like_outputs(b));
@@ -385,7 +421,12 @@ pub(super) fn time_plans(
             } else {
                 None
             };
-            Ok(PairSeries { into, fresh, alone })
+            Ok(PairSeries {
+                into,
+                fresh,
+                alone,
+                gpu: None,
+            })
         }
     }
 }
@@ -429,6 +470,7 @@ pub fn measure(
         into: (ui, fi),
         fresh: (ur, fr),
         alone,
+        gpu,
     } = time_plans(
         budget,
         (&unfused, &fused),
@@ -472,6 +514,7 @@ pub fn measure(
             run_into: timing(ai, min_bytes, copy_gbps),
             run: timing(ar, min_bytes, copy_gbps),
         },
+        fused_gpu: gpu.map(|g| timing(g, min_bytes, copy_gbps)),
         compile: CompileTimes {
             fused_cold_ms: ms(fused_cold),
             fused_from_disk_ms: fused_from_disk.map(ms),

@@ -975,6 +975,25 @@ impl CudaProgram {
         )
     }
 
+    /// [`CudaProgram::run_device_into`], also returning the time the GPU spent on the run's
+    /// work: CUDA events recorded on the stream before the first and after the last enqueued
+    /// operation, so the host's launch and synchronisation latency is not in it (the wall time
+    /// of a call is). For benchmarks; a plain run records no events.
+    pub fn run_device_into_timed(
+        &self,
+        inputs: &HashMap<String, DeviceTensor>,
+        outputs: &mut [DeviceTensor],
+    ) -> ExecResult<std::time::Duration> {
+        let mut elapsed = Some(std::time::Duration::ZERO);
+        self.run_timed(
+            &self.stream,
+            Inputs::Device(inputs),
+            Outputs::Device(outputs),
+            &mut elapsed,
+        )?;
+        elapsed.ok_or_else(|| invalid("internal: a timed run recorded no time"))
+    }
+
     fn check_outputs(&self, outputs: &Outputs) -> ExecResult<()> {
         let n = match outputs {
             Outputs::Host(o) => o.len(),
@@ -1016,11 +1035,17 @@ impl CudaProgram {
         Ok(())
     }
 
-    fn run_impl(
+    fn run_impl(&self, stream: &CudaStream, inputs: Inputs, outputs: Outputs) -> ExecResult<()> {
+        self.run_timed(stream, inputs, outputs, &mut None)
+    }
+
+    /// A run; when `elapsed` is `Some`, it is set to the GPU time of the run's work (events).
+    fn run_timed(
         &self,
         stream: &CudaStream,
         inputs: Inputs,
         mut outputs: Outputs,
+        elapsed: &mut Option<std::time::Duration>,
     ) -> ExecResult<()> {
         if **stream.context() != *self.ctx {
             return Err(invalid("the stream belongs to another CUDA context"));
@@ -1069,7 +1094,23 @@ impl CudaProgram {
         if host && state.staging.is_none() {
             state.staging = Some(PinnedAlloc::new(&self.ctx, self.plan.staging_bytes)?);
         }
-        let enqueued = self.enqueue(stream, state, &inputs, &device_ptrs, &mut outputs);
+        let events = match elapsed {
+            Some(_) => {
+                let event = || {
+                    self.ctx
+                        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(driver_err("cuEventCreate"))
+                };
+                let (start, end) = (event()?, event()?);
+                start.record(stream).map_err(driver_err("cuEventRecord"))?;
+                Some((start, end))
+            }
+            None => None,
+        };
+        let mut enqueued = self.enqueue(stream, state, &inputs, &device_ptrs, &mut outputs);
+        if let (Some((_, end)), Ok(())) = (&events, &enqueued) {
+            enqueued = end.record(stream).map_err(driver_err("cuEventRecord"));
+        }
         // Whether or not everything was enqueued, nothing may still use the arena or the
         // staging buffer when the lock is released. Called directly rather than through
         // `CudaStream::synchronize`, which first returns any error an unrelated drop left
@@ -1090,6 +1131,14 @@ impl CudaProgram {
         enqueued?;
         synced?;
         unset?;
+        if let Some((start, end)) = &events {
+            let ms = start
+                .elapsed_ms(end)
+                .map_err(driver_err("cuEventElapsedTime"))?;
+            *elapsed = Some(std::time::Duration::from_secs_f64(
+                f64::from(ms.max(0.0)) / 1e3,
+            ));
+        }
         let faults = match state.status.as_mut() {
             Some(st) => (0..self.status_words.len()).any(|i| st.slice(4 * i, 4) != [0; 4]),
             None => false,
