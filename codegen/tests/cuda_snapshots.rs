@@ -57,19 +57,45 @@ fn launch_shapes() {
     assert!(ew.source.contains("sm_pack<float, 4>"), "{}", ew.source);
     let h = cuda_source(&cuda_kernels::elementwise_f16_chain());
     assert!(h.source.contains("sm_pack<__half, 8>"), "{}", h.source);
+    // Rows of 33..=1024: a warp per row, one warp per block below 4096 rows, four from there.
     let sm = cuda_source(&cuda_kernels::softmax("s", smelt_ir::DType::F32, 128, 512));
     assert_eq!(
         sm.launch,
         LaunchConfig {
             grid: 128,
-            block: 128,
+            block: 32,
             shared_bytes: 0
         }
     );
     assert!(
-        sm.source.contains("c0[4]"),
-        "row cache expected:\n{}",
+        sm.source.contains("c0[16]") && sm.source.contains("sm_warp_reduce(a"),
+        "row cache and warp reductions expected:\n{}",
         sm.source
+    );
+    assert!(!sm.source.contains("sm_block_reduce(a"), "{}", sm.source);
+    let many = cuda_source(&cuda_kernels::softmax("s", smelt_ir::DType::F32, 8192, 512));
+    assert_eq!(
+        many.launch,
+        LaunchConfig {
+            grid: 2048,
+            block: 128,
+            shared_bytes: 0
+        }
+    );
+    // Longer rows: a block per row, cached up to 8 per thread.
+    let wide = cuda_source(&cuda_kernels::softmax("s", smelt_ir::DType::F32, 64, 2048));
+    assert_eq!(
+        wide.launch,
+        LaunchConfig {
+            grid: 64,
+            block: 512,
+            shared_bytes: 0
+        }
+    );
+    assert!(
+        wide.source.contains("c0[4]") && wide.source.contains("sm_block_reduce(a"),
+        "{}",
+        wide.source
     );
     let long = cuda_source(&cuda_kernels::softmax("s", smelt_ir::DType::F16, 4, 8192));
     assert_eq!(long.launch.block, 512);
