@@ -12,8 +12,9 @@
 //! it), enqueue every copy, launch and cuBLAS call asynchronously on the stream,
 //! synchronise once and copy the outputs out. [`CudaProgram::run_device`] takes and returns
 //! [`DeviceTensor`]s: inputs are read where they are, and outputs are written by the kernels
-//! straight into the caller's tensors where the plan allows ([`direct_outputs`]), else copied
-//! device to device, so graphs chain without host copies. Every run ends with one stream synchronisation.
+//! straight into the caller's tensors where the plan allows (`direct_outputs`), else copied
+//! device to device, so graphs chain without host copies. Every run ends with one stream
+//! synchronisation.
 //!
 //! Streams: the program owns a non-blocking stream unless [`CudaOptions::stream`] gives one;
 //! the `*_on_stream` variants run on a caller's stream (of the same context, [`cuda_context`]).
