@@ -449,6 +449,37 @@ fn mlp() -> (Graph, Program, HashMap<String, HostTensor>) {
     (graph, program, bindings)
 }
 
+/// A dropped device tensor's block goes to the pool and the next tensor of its byte size gets
+/// it back, zeroed when asked for zeros whatever was in it; another size gets another block;
+/// `empty_device_cache` gives the blocks back to the driver. (An odd size, so that the other
+/// tests of this binary, running at the same time, do not take the block in between.)
+#[test]
+fn device_tensors_reuse_freed_blocks_of_their_size() {
+    use smelt_runtime::cuda::{cached_device_bytes, empty_device_cache};
+    if !gpu_or_skip("device_tensors_reuse_freed_blocks_of_their_size") {
+        return;
+    }
+    let ctx = cuda_context(0).unwrap();
+    let n = 3_086_419;
+    let a = DeviceTensor::zeros(&ctx, DType::F32, Shape::new(&[n])).unwrap();
+    let block = a.device_ptr();
+    drop(a);
+    assert!(cached_device_bytes() >= 4 * n);
+    let ones = HostTensor::from_f32([n], vec![1.0; n]).unwrap();
+    let b = DeviceTensor::from_host(&ctx, &ones).unwrap();
+    assert_eq!(b.device_ptr(), block, "same size: the pooled block");
+    assert_eq!(b.to_host().unwrap().to_f32_vec(), ones.to_f32_vec());
+    drop(b);
+    let c = DeviceTensor::zeros(&ctx, DType::F32, Shape::new(&[n])).unwrap();
+    assert_eq!(c.device_ptr(), block);
+    assert!(c.to_host().unwrap().to_f32_vec().iter().all(|&v| v == 0.0));
+    let other = DeviceTensor::zeros(&ctx, DType::F32, Shape::new(&[n + 1])).unwrap();
+    assert_ne!(other.device_ptr(), block, "another size: another block");
+    drop(c);
+    drop(other);
+    assert!(empty_device_cache() >= 8 * n);
+}
+
 #[test]
 fn run_run_into_and_device_runs_agree() {
     if !gpu_or_skip("run_run_into_and_device_runs_agree") {

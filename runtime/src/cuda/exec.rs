@@ -156,11 +156,82 @@ fn kernel_cache() -> &'static KernelCache {
     CACHE.get_or_init(KernelCache::from_env)
 }
 
-/// Device memory from `cuMemAlloc`, freed on drop.
+/// Device memory from `cuMemAlloc`, freed on drop, or (for device tensors) taken from and
+/// given back to the [`POOL`] of freed blocks.
 struct DeviceAlloc {
     ptr: sys::CUdeviceptr,
+    /// The bytes asked for.
     bytes: usize,
+    /// The pool size class of the block (its real size), for pooled allocations.
+    class: Option<usize>,
     ctx: Arc<CudaContext>,
+}
+
+/// Freed device-tensor blocks kept for reuse, per context and byte size, as a caching
+/// allocator does: `cuMemAlloc` and `cuMemFree` cost tens of microseconds or more each, and
+/// `cuMemFree` waits for the whole device, so a `run_device` that allocated its outputs afresh
+/// every call paid more for them than for its kernels. Reuse is safe because every run
+/// synchronises its stream before it returns: no work is pending on a tensor when it drops.
+/// At most [`pool_limit`] bytes are kept; beyond it, blocks are freed.
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
+#[derive(Default)]
+struct Pool {
+    /// (context, size class) → free blocks.
+    free: HashMap<(usize, usize), Vec<sys::CUdeviceptr>>,
+    /// Keeps each context with blocks in the pool alive (its blocks belong to it).
+    contexts: HashMap<usize, Arc<CudaContext>>,
+    held: usize,
+}
+
+/// The size class of a block for `bytes`: the exact size (at least 1). Repeated runs of a
+/// program allocate outputs of the same sizes, which is the reuse this pool is for; exact
+/// sizes waste nothing and keep every block's bounds the tensor's own (so the fake driver's
+/// range checks stay exact).
+fn size_class(bytes: usize) -> usize {
+    bytes.max(1)
+}
+
+/// The most bytes the pool keeps: `SMELT_CUDA_POOL_BYTES` (bytes; 0 turns the pool off),
+/// default 4 GiB.
+fn pool_limit() -> usize {
+    static LIMIT: OnceLock<usize> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("SMELT_CUDA_POOL_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(4 << 30)
+    })
+}
+
+fn pool() -> std::sync::MutexGuard<'static, Option<Pool>> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Frees every device block the pool keeps (as `torch.cuda.empty_cache()` does); returns the
+/// bytes given back to the driver. Tensors in use are not affected.
+pub fn empty_device_cache() -> usize {
+    let Some(p) = pool().take() else {
+        return 0;
+    };
+    for ((ctx, _), blocks) in p.free {
+        let Some(c) = p.contexts.get(&ctx) else {
+            continue;
+        };
+        if c.bind_to_thread().is_ok() {
+            for b in blocks {
+                // SAFETY: a block of this context from cuMemAlloc, in the pool, so owned by no
+                // tensor; taken out of the pool above, so freed once.
+                let _ = unsafe { result::free_sync(b) };
+            }
+        }
+    }
+    p.held
+}
+
+/// Bytes of device memory the pool keeps for reuse.
+pub fn cached_device_bytes() -> usize {
+    pool().as_ref().map_or(0, |p| p.held)
 }
 
 impl DeviceAlloc {
@@ -173,6 +244,42 @@ impl DeviceAlloc {
         Ok(DeviceAlloc {
             ptr,
             bytes,
+            class: None,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// A block for a device tensor: a freed one of the same size class from the pool, else a
+    /// new one (after emptying the pool, if the device is out of memory).
+    fn pooled(ctx: &Arc<CudaContext>, bytes: usize) -> ExecResult<DeviceAlloc> {
+        ctx.bind_to_thread()
+            .map_err(driver_err("cuCtxSetCurrent"))?;
+        let class = size_class(bytes);
+        let key = (ctx.cu_ctx() as usize, class);
+        let reused = pool().as_mut().and_then(|p| {
+            let b = p.free.get_mut(&key)?.pop()?;
+            p.held -= class;
+            Some(b)
+        });
+        let ptr = match reused {
+            Some(b) => b,
+            // SAFETY: the context is current; the memory is only used as raw bytes.
+            None => match unsafe { result::malloc_sync(class) } {
+                Ok(b) => b,
+                Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => {
+                    empty_device_cache();
+                    ctx.bind_to_thread()
+                        .map_err(driver_err("cuCtxSetCurrent"))?;
+                    // SAFETY: as above.
+                    unsafe { result::malloc_sync(class) }.map_err(driver_err("cuMemAlloc"))?
+                }
+                Err(e) => return Err(driver_err("cuMemAlloc")(e)),
+            },
+        };
+        Ok(DeviceAlloc {
+            ptr,
+            bytes,
+            class: Some(class),
             ctx: ctx.clone(),
         })
     }
@@ -180,9 +287,21 @@ impl DeviceAlloc {
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
+        if let Some(class) = self.class {
+            let mut guard = pool();
+            let p = guard.get_or_insert_with(Pool::default);
+            if p.held + class <= pool_limit() {
+                let c = self.ctx.cu_ctx() as usize;
+                p.free.entry((c, class)).or_default().push(self.ptr);
+                p.contexts.entry(c).or_insert_with(|| self.ctx.clone());
+                p.held += class;
+                return;
+            }
+        }
         if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here; every
-            // run that used it synchronised its stream before returning.
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here (a
+            // pooled block that the pool did not take is not in it); every run that used it
+            // synchronised its stream before returning.
             let _ = unsafe { result::free_sync(self.ptr) };
         }
     }
@@ -347,7 +466,7 @@ impl DeviceTensor {
                 what: format!("a {dtype}{shape} device tensor"),
             })?;
         Ok(DeviceTensor {
-            alloc: DeviceAlloc::new(ctx, bytes)?,
+            alloc: DeviceAlloc::pooled(ctx, bytes)?,
             dtype,
             shape,
         })

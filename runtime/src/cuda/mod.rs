@@ -33,8 +33,9 @@ pub use cudarc::driver::{CudaContext, CudaStream};
 pub use driver::{cublas, driver, BoundLibrary, Driver};
 pub use error::{numbered_source, Attempt, CompileFailure, CudaComponent, CudaError, CudaResult};
 pub use exec::{
-    cuda_context, cuda_device, device_copy_bandwidth, nvptx_options, CudaCodegen, CudaDeviceInfo,
-    CudaOptions, CudaProgram, DeviceTensor, FAKE_DEVICE_NAME,
+    cached_device_bytes, cuda_context, cuda_device, device_copy_bandwidth, empty_device_cache,
+    nvptx_options, CudaCodegen, CudaDeviceInfo, CudaOptions, CudaProgram, DeviceTensor,
+    FAKE_DEVICE_NAME,
 };
 pub use exec_error::{CudaExecError, ExecResult};
 pub use nvrtc_lib::{nvrtc, Nvrtc};
