@@ -180,19 +180,31 @@ fn time_rounds(
     budget: &Budget,
     calls: &mut [&mut dyn FnMut() -> Result<()>],
 ) -> Result<Vec<Series>> {
-    for call in calls.iter_mut() {
-        call()?;
+    sample_rounds(budget, calls.len(), |i| {
+        let s = Instant::now();
+        calls[i]()?;
+        Ok(s.elapsed())
+    })
+}
+
+/// The rounds of [`time_rounds`] for `n` series, where `sample(i)` runs series `i` once and
+/// says how long it took (a wall time, or a time the call itself reports).
+fn sample_rounds(
+    budget: &Budget,
+    n: usize,
+    mut sample: impl FnMut(usize) -> Result<Duration>,
+) -> Result<Vec<Series>> {
+    for i in 0..n {
+        sample(i)?;
     }
-    let mut times = vec![Vec::new(); calls.len()];
-    let limit = budget.min_time * calls.len() as u32;
+    let mut times = vec![Vec::new(); n];
+    let limit = budget.min_time * n as u32;
     let start = Instant::now();
     while times[0].len() < budget.max_iters.max(1)
         && (times[0].len() < budget.min_iters.max(1) || start.elapsed() < limit)
     {
-        for (call, t) in calls.iter_mut().zip(&mut times) {
-            let s = Instant::now();
-            call()?;
-            t.push(s.elapsed());
+        for (i, t) in times.iter_mut().enumerate() {
+            t.push(sample(i)?);
         }
     }
     Ok(times.into_iter().map(summary).collect())
@@ -212,15 +224,7 @@ fn time_pair(
 /// The times `f` reports (the GPU time of each run: CUDA events), call after call, under the
 /// same budget as [`time_rounds`], after one unreported call.
 fn reported_times(budget: &Budget, mut f: impl FnMut() -> Result<Duration>) -> Result<Series> {
-    f()?;
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while times.len() < budget.max_iters.max(1)
-        && (times.len() < budget.min_iters.max(1) || start.elapsed() < budget.min_time)
-    {
-        times.push(f()?);
-    }
-    Ok(summary(times))
+    Ok(sample_rounds(budget, 1, |_| f())?[0])
 }
 
 /// Wall times of `f` alone, call after call (see [`time_rounds`]).

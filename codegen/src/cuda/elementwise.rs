@@ -162,7 +162,7 @@ fn emit_vector(
     };
     let close_pack = |out: &mut String| out.push_str("            }\n        }\n");
     for (b, _, name) in &packs {
-        let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(*b)));
+        let ty = pack_type(cx, *b, width);
         let _ = writeln!(out, "        {ty} {name}[{unroll}];");
     }
     // Phase 1: every input pack.
@@ -170,7 +170,7 @@ fn emit_vector(
         open_pack(out);
         cx.rename = Some((last, format!("{base}_0")));
         for (b, a, name) in &packs {
-            let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(*b)));
+            let ty = pack_type(cx, *b, width);
             let param = load_param(cx, *b);
             let addr = cx.address(a);
             let _ = writeln!(
@@ -190,7 +190,7 @@ fn emit_vector(
             .any(|(b, a, _)| *b == s.buffer && *a == s.access)
         {
             let name = format!("q{}", outs.len());
-            let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(s.buffer)));
+            let ty = pack_type(cx, s.buffer, width);
             let _ = writeln!(out, "                {ty} {name};");
             outs.push((s.buffer, s.access.clone(), name));
         }
@@ -226,7 +226,7 @@ fn emit_vector(
     out.push_str("                }\n");
     cx.rename = Some((last, format!("{base}_0")));
     for (b, a, name) in &outs {
-        let ty = format!("sm_pack<{}, {width}>", storage_type(cx.dtype(*b)));
+        let ty = pack_type(cx, *b, width);
         let param = store_param(cx, *b);
         let addr = cx.address(a);
         let _ = writeln!(
@@ -238,6 +238,11 @@ fn emit_vector(
     close_pack(out);
     out.push_str("    }\n");
     unroll
+}
+
+/// The C type of a pack of `width` elements of buffer `b`.
+fn pack_type(cx: &Ctx, b: BufferId, width: u32) -> String {
+    format!("sm_pack<{}, {width}>", storage_type(cx.dtype(b)))
 }
 
 /// Packs per thread in a vectorised kernel of `packs` packs: enough independent 16-byte loads

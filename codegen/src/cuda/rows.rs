@@ -54,7 +54,7 @@ const CACHE_MAX: u64 = 8;
 const WARP_MAX: u64 = 1024;
 /// At most this many elements per lane are held in registers by the warp-per-row strategy
 /// (`WARP_MAX / 32`: every row it takes is cached).
-const WARP_CACHE_MAX: u64 = 32;
+const WARP_CACHE_MAX: u64 = WARP_MAX / 32;
 /// Warps (rows in flight) per block of the warp-per-row strategy: 4 (blocks of 128 threads,
 /// so 16 resident blocks fill a multiprocessor) from `WARP_BLOCK_ROWS` rows, else 1 (small
 /// row counts spread over as many multiprocessors as they can).

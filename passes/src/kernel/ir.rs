@@ -97,6 +97,16 @@ pub enum Step {
     Gemm(Gemm),
 }
 
+impl Step {
+    /// The buffers the step writes: a kernel's `writes`, a GEMM's `out`.
+    pub fn writes(&self) -> &[BufferId] {
+        match self {
+            Step::Kernel(k) => &k.writes,
+            Step::Gemm(g) => std::slice::from_ref(&g.out),
+        }
+    }
+}
+
 /// Index arithmetic width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IndexWidth {

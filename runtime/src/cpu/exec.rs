@@ -323,10 +323,10 @@ impl CpuProgram {
         }
         bind_used(program, &steps, &mut slots, &sources);
         let written = |b: usize| {
-            program.steps.iter().any(|s| match s {
-                Step::Kernel(k) => k.writes.iter().any(|w| w.0 as usize == b),
-                Step::Gemm(g) => g.out.0 as usize == b,
-            })
+            program
+                .steps
+                .iter()
+                .any(|s| s.writes().iter().any(|w| w.0 as usize == b))
         };
         let outputs = program
             .outputs

@@ -40,7 +40,7 @@ use super::launch::{
 };
 use smelt_codegen::cuda::STATUS_WORD;
 use smelt_ir::{DType, HostTensor, Shape, TensorData};
-use smelt_passes::kernel::{Program, Step};
+use smelt_passes::kernel::Program;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
@@ -354,10 +354,11 @@ impl EmulatedProgram {
         let mut pads = Vec::with_capacity(plan.steps.len());
         for step in &plan.steps {
             let written: Vec<usize> = match step {
-                LaunchStep::Kernel(k) => match &program.steps[k.step] {
-                    Step::Kernel(kernel) => kernel.writes.iter().map(|b| b.0 as usize).collect(),
-                    Step::Gemm(g) => vec![g.out.0 as usize],
-                },
+                LaunchStep::Kernel(k) => program.steps[k.step]
+                    .writes()
+                    .iter()
+                    .map(|b| b.0 as usize)
+                    .collect(),
                 _ => Vec::new(),
             };
             pads.push(

@@ -162,8 +162,8 @@ struct DeviceAlloc {
     ptr: sys::CUdeviceptr,
     /// The bytes asked for.
     bytes: usize,
-    /// The pool size class of the block (its real size), for pooled allocations.
-    class: Option<usize>,
+    /// Whether the block came from (and goes back to) the pool: device tensors' blocks.
+    pooled: bool,
     ctx: Arc<CudaContext>,
 }
 
@@ -177,18 +177,18 @@ static POOL: Mutex<Option<Pool>> = Mutex::new(None);
 
 #[derive(Default)]
 struct Pool {
-    /// (context, size class) → free blocks.
+    /// (context, block size) → free blocks.
     free: HashMap<(usize, usize), Vec<sys::CUdeviceptr>>,
     /// Keeps each context with blocks in the pool alive (its blocks belong to it).
     contexts: HashMap<usize, Arc<CudaContext>>,
     held: usize,
 }
 
-/// The size class of a block for `bytes`: the exact size (at least 1). Repeated runs of a
-/// program allocate outputs of the same sizes, which is the reuse this pool is for; exact
-/// sizes waste nothing and keep every block's bounds the tensor's own (so the fake driver's
-/// range checks stay exact).
-fn size_class(bytes: usize) -> usize {
+/// The size of the block for `bytes` (cuMemAlloc rejects 0). The pool matches exact sizes:
+/// repeated runs of a program allocate outputs of the same sizes, which is the reuse it is
+/// for; exact sizes waste nothing and keep every block's bounds the tensor's own (so the fake
+/// driver's range checks stay exact).
+fn block_bytes(bytes: usize) -> usize {
     bytes.max(1)
 }
 
@@ -238,40 +238,40 @@ impl DeviceAlloc {
     fn new(ctx: &Arc<CudaContext>, bytes: usize) -> ExecResult<DeviceAlloc> {
         ctx.bind_to_thread()
             .map_err(driver_err("cuCtxSetCurrent"))?;
-        // SAFETY: the context is current; the memory is only used as raw bytes. At least one
-        // byte, since cuMemAlloc rejects 0.
-        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(driver_err("cuMemAlloc"))?;
+        // SAFETY: the context is current; the memory is only used as raw bytes.
+        let ptr =
+            unsafe { result::malloc_sync(block_bytes(bytes)) }.map_err(driver_err("cuMemAlloc"))?;
         Ok(DeviceAlloc {
             ptr,
             bytes,
-            class: None,
+            pooled: false,
             ctx: ctx.clone(),
         })
     }
 
-    /// A block for a device tensor: a freed one of the same size class from the pool, else a
+    /// A block for a device tensor: a freed one of the same size from the pool, else a
     /// new one (after emptying the pool, if the device is out of memory).
     fn pooled(ctx: &Arc<CudaContext>, bytes: usize) -> ExecResult<DeviceAlloc> {
         ctx.bind_to_thread()
             .map_err(driver_err("cuCtxSetCurrent"))?;
-        let class = size_class(bytes);
-        let key = (ctx.cu_ctx() as usize, class);
+        let size = block_bytes(bytes);
+        let key = (ctx.cu_ctx() as usize, size);
         let reused = pool().as_mut().and_then(|p| {
             let b = p.free.get_mut(&key)?.pop()?;
-            p.held -= class;
+            p.held -= size;
             Some(b)
         });
         let ptr = match reused {
             Some(b) => b,
             // SAFETY: the context is current; the memory is only used as raw bytes.
-            None => match unsafe { result::malloc_sync(class) } {
+            None => match unsafe { result::malloc_sync(size) } {
                 Ok(b) => b,
                 Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => {
                     empty_device_cache();
                     ctx.bind_to_thread()
                         .map_err(driver_err("cuCtxSetCurrent"))?;
                     // SAFETY: as above.
-                    unsafe { result::malloc_sync(class) }.map_err(driver_err("cuMemAlloc"))?
+                    unsafe { result::malloc_sync(size) }.map_err(driver_err("cuMemAlloc"))?
                 }
                 Err(e) => return Err(driver_err("cuMemAlloc")(e)),
             },
@@ -279,7 +279,7 @@ impl DeviceAlloc {
         Ok(DeviceAlloc {
             ptr,
             bytes,
-            class: Some(class),
+            pooled: true,
             ctx: ctx.clone(),
         })
     }
@@ -287,14 +287,15 @@ impl DeviceAlloc {
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        if let Some(class) = self.class {
+        if self.pooled {
+            let size = block_bytes(self.bytes);
             let mut guard = pool();
             let p = guard.get_or_insert_with(Pool::default);
-            if p.held + class <= pool_limit() {
+            if p.held + size <= pool_limit() {
                 let c = self.ctx.cu_ctx() as usize;
-                p.free.entry((c, class)).or_default().push(self.ptr);
+                p.free.entry((c, size)).or_default().push(self.ptr);
                 p.contexts.entry(c).or_insert_with(|| self.ctx.clone());
-                p.held += class;
+                p.held += size;
                 return;
             }
         }
@@ -592,10 +593,7 @@ pub(super) fn direct_outputs(program: &Program, plan: &LaunchPlan) -> Vec<bool> 
     let written: std::collections::HashSet<usize> = program
         .steps
         .iter()
-        .flat_map(|s| match s {
-            Step::Kernel(k) => k.writes.iter().map(|b| b.0 as usize).collect::<Vec<_>>(),
-            Step::Gemm(g) => vec![g.out.0 as usize],
-        })
+        .flat_map(|s| s.writes().iter().map(|b| b.0 as usize))
         .collect();
     plan.outputs
         .iter()
@@ -1104,14 +1102,13 @@ impl CudaProgram {
         inputs: &HashMap<String, DeviceTensor>,
         outputs: &mut [DeviceTensor],
     ) -> ExecResult<std::time::Duration> {
-        let mut elapsed = Some(std::time::Duration::ZERO);
         self.run_timed(
             &self.stream,
             Inputs::Device(inputs),
             Outputs::Device(outputs),
-            &mut elapsed,
-        )?;
-        elapsed.ok_or_else(|| invalid("internal: a timed run recorded no time"))
+            true,
+        )?
+        .ok_or_else(|| invalid("internal: a timed run recorded no time"))
     }
 
     fn check_outputs(&self, outputs: &Outputs) -> ExecResult<()> {
@@ -1156,17 +1153,17 @@ impl CudaProgram {
     }
 
     fn run_impl(&self, stream: &CudaStream, inputs: Inputs, outputs: Outputs) -> ExecResult<()> {
-        self.run_timed(stream, inputs, outputs, &mut None)
+        self.run_timed(stream, inputs, outputs, false).map(drop)
     }
 
-    /// A run; when `elapsed` is `Some`, it is set to the GPU time of the run's work (events).
+    /// A run; with `timed`, also the GPU time of the run's work (CUDA events).
     fn run_timed(
         &self,
         stream: &CudaStream,
         inputs: Inputs,
         mut outputs: Outputs,
-        elapsed: &mut Option<std::time::Duration>,
-    ) -> ExecResult<()> {
+        timed: bool,
+    ) -> ExecResult<Option<std::time::Duration>> {
         if **stream.context() != *self.ctx {
             return Err(invalid("the stream belongs to another CUDA context"));
         }
@@ -1214,18 +1211,17 @@ impl CudaProgram {
         if host && state.staging.is_none() {
             state.staging = Some(PinnedAlloc::new(&self.ctx, self.plan.staging_bytes)?);
         }
-        let events = match elapsed {
-            Some(_) => {
-                let event = || {
-                    self.ctx
-                        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                        .map_err(driver_err("cuEventCreate"))
-                };
-                let (start, end) = (event()?, event()?);
-                start.record(stream).map_err(driver_err("cuEventRecord"))?;
-                Some((start, end))
-            }
-            None => None,
+        let events = if timed {
+            let event = || {
+                self.ctx
+                    .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(driver_err("cuEventCreate"))
+            };
+            let (start, end) = (event()?, event()?);
+            start.record(stream).map_err(driver_err("cuEventRecord"))?;
+            Some((start, end))
+        } else {
+            None
         };
         let mut enqueued = self.enqueue(stream, state, &inputs, &device_ptrs, &mut outputs);
         if let (Some((_, end)), Ok(())) = (&events, &enqueued) {
@@ -1251,14 +1247,17 @@ impl CudaProgram {
         enqueued?;
         synced?;
         unset?;
-        if let Some((start, end)) = &events {
-            let ms = start
-                .elapsed_ms(end)
-                .map_err(driver_err("cuEventElapsedTime"))?;
-            *elapsed = Some(std::time::Duration::from_secs_f64(
-                f64::from(ms.max(0.0)) / 1e3,
-            ));
-        }
+        let elapsed = match &events {
+            Some((start, end)) => {
+                let ms = start
+                    .elapsed_ms(end)
+                    .map_err(driver_err("cuEventElapsedTime"))?;
+                Some(std::time::Duration::from_secs_f64(
+                    f64::from(ms.max(0.0)) / 1e3,
+                ))
+            }
+            None => None,
+        };
         let faults = match state.status.as_mut() {
             Some(st) => (0..self.status_words.len()).any(|i| st.slice(4 * i, 4) != [0; 4]),
             None => false,
@@ -1275,7 +1274,7 @@ impl CudaProgram {
                 fill_host(t, src)?;
             }
         }
-        Ok(())
+        Ok(elapsed)
     }
 
     /// Points the buffers of the outputs that allow it ([`direct_outputs`]) at the caller's
