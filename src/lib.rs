@@ -102,12 +102,18 @@ pub struct Options {
     /// ([`smelt_codegen::llvm::JitOptions::prefetch_bytes`]), which lets kernels that compute
     /// much per element overlap their memory traffic with their arithmetic.
     pub no_prefetch: bool,
-    /// On the CPU: kernels whose outputs are all at least 16 MiB write whole cache lines with
-    /// streaming (non-temporal) stores, which skip the read of each line a plain store does
-    /// first ([`smelt_codegen::llvm::JitOptions::nontemporal_min_bytes`]). Off by default:
-    /// on the machine it was measured on it helped some kernels and slowed others
-    /// (BENCHMARKS.md); values are the same either way.
-    pub streaming_stores: bool,
+    /// On the CPU: row kernels (softmax, layer_norm, …) prefetch at the module's distance
+    /// instead of two rows ahead ([`smelt_codegen::llvm::JitOptions::row_prefetch`], on by
+    /// default, which keeps memory busy while a row in cache is computed). Values are the
+    /// same either way.
+    pub no_row_prefetch: bool,
+    /// On the CPU: plain stores everywhere. By default kernels whose outputs are all at least
+    /// 16 MiB write whole cache lines with streaming (non-temporal) stores, which skip the
+    /// read of each line a plain store does first
+    /// ([`smelt_codegen::llvm::JitOptions::nontemporal_min_bytes`]), except into the fresh
+    /// outputs of `run`, whose pages the OS has just zeroed through the cache. Values are the
+    /// same either way.
+    pub no_streaming_stores: bool,
     /// On the CPU: row kernels (softmax, layer_norm, …) compute one row at a time instead of
     /// two interleaved ([`smelt_codegen::llvm::JitOptions::interleave_rows`], on by default,
     /// which overlaps the dependent passes of short rows). Values are the same either way.
@@ -161,9 +167,12 @@ impl Options {
             } else {
                 defaults.prefetch_bytes
             },
-            nontemporal_min_bytes: self
-                .streaming_stores
-                .then_some(smelt_codegen::llvm::NONTEMPORAL_MIN_BYTES),
+            row_prefetch: !self.no_row_prefetch,
+            nontemporal_min_bytes: if self.no_streaming_stores {
+                None
+            } else {
+                defaults.nontemporal_min_bytes
+            },
             interleave_rows: !self.no_interleave_rows,
             interleave_vectors: if self.no_interleave_vectors {
                 None

@@ -141,10 +141,15 @@ enum Command {
         /// 2 KiB ahead), to measure what prefetching buys.
         #[arg(long)]
         no_prefetch: bool,
-        /// CPU kernels whose outputs are all at least 16 MiB write them with streaming
-        /// (non-temporal) stores, which skip reading each line before writing it.
+        /// CPU row kernels (softmax, layer_norm, …) prefetch 2 KiB ahead like the others
+        /// instead of two rows ahead, to measure what prefetching whole rows buys.
         #[arg(long)]
-        streaming_stores: bool,
+        no_row_prefetch: bool,
+        /// CPU kernels with plain stores only (by default those whose outputs are all at least
+        /// 16 MiB write them with streaming stores, which skip reading each line first), to
+        /// measure what streaming buys.
+        #[arg(long)]
+        no_streaming_stores: bool,
         /// CPU row kernels (softmax, layer_norm, …) one row at a time instead of two rows
         /// interleaved, to measure what interleaving buys.
         #[arg(long)]
@@ -157,8 +162,8 @@ enum Command {
         /// Instead of fused vs unfused: each case's fused plan as the other flags say (A)
         /// against the same with KNOB flipped (B), called alternately in one process, with
         /// A/B and whether their outputs have the same bits. KNOB: streaming-stores,
-        /// prefetch, libm-math, fast-math, interleave-rows, interleave-vectors or
-        /// gemm-panel-rows.
+        /// prefetch, row-prefetch, libm-math, fast-math, interleave-rows, interleave-vectors
+        /// or gemm-panel-rows.
         #[arg(long, value_name = "KNOB", value_parser = |s: &str| s.parse::<smelt::bench::compare::Knob>())]
         compare: Option<smelt::bench::compare::Knob>,
     },
@@ -252,7 +257,8 @@ fn main() -> ExitCode {
             min_time_ms,
             libm_math,
             no_prefetch,
-            streaming_stores,
+            no_row_prefetch,
+            no_streaming_stores,
             no_interleave_rows,
             no_interleave_vectors,
             compare,
@@ -275,7 +281,8 @@ fn main() -> ExitCode {
                     command: std::env::args().collect::<Vec<_>>().join(" "),
                     math: math_mode(libm_math),
                     no_prefetch,
-                    streaming_stores,
+                    no_row_prefetch,
+                    no_streaming_stores,
                     no_interleave_rows,
                     no_interleave_vectors,
                     compare,

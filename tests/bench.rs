@@ -200,10 +200,14 @@ fn cli_writes_json_and_chart() {
         stdout.contains("store loops and split reductions: 4 vectors per iteration"),
         "{stdout}"
     );
-    assert!(report["streaming_stores_min_bytes"].is_null(), "{report}");
-    assert!(!stdout.contains("streaming stores"), "{stdout}");
+    assert_eq!(report["streaming_stores_min_bytes"], 16 << 20);
     assert!(
-        stdout.contains("software prefetch: 2048 bytes ahead"),
+        stdout.contains("streaming stores: in kernels whose outputs are all >= 16 MiB"),
+        "{stdout}"
+    );
+    assert_eq!(report["row_prefetch"], true);
+    assert!(
+        stdout.contains("software prefetch: 2048 bytes ahead, row kernels two rows ahead"),
         "{stdout}"
     );
     assert!(report["machine"]["cpu"].is_string());
@@ -269,10 +273,10 @@ fn cli_writes_json_and_chart() {
     assert!(svg.contains("softmax-65536x768"));
 }
 
-/// `--libm-math`, `--no-prefetch`, `--streaming-stores` and `--no-interleave-vectors` are
+/// `--libm-math`, `--no-prefetch`, `--no-streaming-stores` and `--no-interleave-vectors` are
 /// recorded in the output and the JSON.
 #[test]
-fn cli_libm_math_no_prefetch_and_streaming_stores_are_recorded() {
+fn cli_libm_math_no_prefetch_and_no_streaming_stores_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let out = smelt(&[
@@ -283,7 +287,8 @@ fn cli_libm_math_no_prefetch_and_streaming_stores_are_recorded() {
         "chain",
         "--libm-math",
         "--no-prefetch",
-        "--streaming-stores",
+        "--no-streaming-stores",
+        "--no-row-prefetch",
         "--no-interleave-vectors",
         "--json",
         json.to_str().unwrap(),
@@ -302,11 +307,9 @@ fn cli_libm_math_no_prefetch_and_streaming_stores_are_recorded() {
         stdout.contains("store loops and split reductions: as the vectoriser interleaves"),
         "{stdout}"
     );
-    assert_eq!(report["streaming_stores_min_bytes"], 16 << 20);
-    assert!(
-        stdout.contains("streaming stores: in kernels whose outputs are all >= 16 MiB"),
-        "{stdout}"
-    );
+    assert!(report["streaming_stores_min_bytes"].is_null(), "{report}");
+    assert!(stdout.contains("streaming stores: off"), "{stdout}");
+    assert_eq!(report["row_prefetch"], false);
     assert_eq!(report["cases"].as_array().unwrap().len(), 1);
 }
 

@@ -179,11 +179,13 @@ fn packed_linear_weights_match_the_reference() {
     }
 }
 
-/// The CPU code-generation options (`no_prefetch`, `streaming_stores`,
+/// The CPU code-generation options (`no_prefetch`, `no_row_prefetch`, `no_streaming_stores`,
 /// `no_interleave_vectors`) reach the JIT and
 /// change no value: the same graph (a bias, a GELU and a softmax over a 16 MiB tensor, the
 /// only output, so that streaming applies; the bias bound after compilation, which
-/// recompiles) gives the same bits under every combination.
+/// recompiles) gives the same bits under every combination, through `run` (fresh outputs:
+/// the plain-store twin of a streaming kernel) and through `run_into` (the caller's
+/// tensors: the streaming kernel itself).
 #[test]
 fn cpu_codegen_options_change_no_value() {
     use smelt::frontend::Tracer;
@@ -209,39 +211,46 @@ fn cpu_codegen_options_change_no_value() {
     )]);
     let b = (0..cols).map(|i| i as f32 / cols as f32 - 0.5).collect();
     let params = HashMap::from([("b".to_string(), HostTensor::from_f32([cols], b).unwrap())]);
-    let run = |no_prefetch: bool, streaming_stores: bool, no_interleave_vectors: bool| {
+    let run = |no_prefetch: bool, no_row_prefetch: bool, plain: bool, own: bool| {
         let options = Options {
             device: Device::Cpu,
             no_prefetch,
-            streaming_stores,
-            no_interleave_vectors,
+            no_row_prefetch,
+            no_streaming_stores: plain,
+            no_interleave_vectors: own,
             ..Options::default()
         };
         let jit = options.jit_options();
         assert_eq!(jit.prefetch_bytes.is_none(), no_prefetch);
-        assert_eq!(jit.nontemporal_min_bytes.is_some(), streaming_stores);
-        assert_eq!(jit.interleave_vectors.is_none(), no_interleave_vectors);
+        assert_eq!(jit.row_prefetch, !no_row_prefetch);
+        assert_eq!(jit.nontemporal_min_bytes.is_none(), plain);
+        assert_eq!(jit.interleave_vectors.is_none(), own);
         let mut compiled = compile_with(&graph, options).unwrap();
         compiled.bind_params(params.clone()).unwrap();
-        compiled.run(&inputs).unwrap()
+        let fresh = compiled.run(&inputs).unwrap();
+        let mut into = vec![HostTensor::zeros(DType::F32, [rows, cols])];
+        compiled.run_into(&inputs, &mut into).unwrap();
+        (fresh, into.remove(0))
     };
-    let want = run(false, false, false);
-    for (no_prefetch, streaming, own) in [
-        (true, false, false),
-        (false, true, false),
-        (true, true, false),
-        (false, false, true),
-        (true, true, true),
+    let (want, _) = run(false, false, true, false);
+    let want = want.get("p").unwrap().clone();
+    for (no_prefetch, no_row_prefetch, plain, own) in [
+        (false, false, false, false),
+        (true, false, false, false),
+        (false, true, false, false),
+        (true, false, true, false),
+        (false, false, false, true),
+        (true, true, true, true),
     ] {
-        let got = run(no_prefetch, streaming, own);
-        assert_eq!(got.iter().count(), 1);
-        for (name, w) in want.iter() {
-            let g = got.get(name).unwrap();
-            let same = (0..w.numel())
-                .all(|i| g.data().get_f64(i).to_bits() == w.data().get_f64(i).to_bits());
+        let (fresh, into) = run(no_prefetch, no_row_prefetch, plain, own);
+        assert_eq!(fresh.iter().count(), 1);
+        for (how, g) in [("run", fresh.get("p").unwrap()), ("run_into", &into)] {
+            let same = (0..want.numel())
+                .all(|i| g.data().get_f64(i).to_bits() == want.data().get_f64(i).to_bits());
             assert!(
                 same,
-                "{name}: no_prefetch {no_prefetch}, streaming {streaming}, vectoriser's interleaving {own}"
+                "{how}: no_prefetch {no_prefetch}, no_row_prefetch {no_row_prefetch}, \
+                 plain stores {plain}, vectoriser's interleaving {own}"
             );
         }
     }

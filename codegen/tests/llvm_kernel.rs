@@ -729,6 +729,57 @@ mod with_llvm {
         }
     }
 
+    /// Row kernels (a reduction, then passes over the row again) prefetch two rows ahead
+    /// (`JitOptions::row_prefetch`, on by default) where that is further than the module's
+    /// 2 KiB, at most 16 KiB; with it off, 2 KiB ahead like every other kernel. The values are
+    /// the same bits either way, at every chunking.
+    #[test]
+    fn row_kernels_prefetch_two_rows_ahead() {
+        assert!(JitOptions::default().row_prefetch);
+        let off = JitOptions {
+            row_prefetch: false,
+            ..JitOptions::default()
+        };
+        // Rows of 100 floats: two are 800 bytes, less than the module's distance; of 768: two
+        // are 6 KiB; of 5000: two are 40 000 bytes, capped.
+        for (cols, distance) in [(100, 2048), (768, 6144), (5000, 16384)] {
+            for (name, build) in row_builds() {
+                let program = row_program(build, 5, cols);
+                let ks: Vec<&Kernel> = program.kernels().collect();
+                let row = ks
+                    .iter()
+                    .position(|k| {
+                        k.stages
+                            .iter()
+                            .any(|s| matches!(s.effect, StageEffect::Reduce { .. }))
+                    })
+                    .expect("a row kernel");
+                let what = format!("{name} over rows of {cols}");
+                let with =
+                    compile_program_kernels(&ks, &program.buffers, &JitOptions::default()).unwrap();
+                let without = compile_program_kernels(&ks, &program.buffers, &off).unwrap();
+                if cfg!(target_arch = "x86_64") {
+                    for (compiled, want) in [(&with, distance), (&without, 2048)] {
+                        let ir = compiled.module.optimized_ir();
+                        let f = function_ir(ir, &format!("@{}(", compiled.entries[row]));
+                        let aheads: Vec<&str> = f
+                            .lines()
+                            .filter(|l| l.contains("%pf.at") && l.contains("getelementptr"))
+                            .collect();
+                        assert!(!aheads.is_empty(), "{what}: no prefetch\n{f}");
+                        let suffix = format!("i64 {want}");
+                        assert!(
+                            aheads.iter().all(|l| l.trim_end().ends_with(&suffix)),
+                            "{what}: not all prefetches {want} bytes ahead:\n{}",
+                            aheads.join("\n")
+                        );
+                    }
+                }
+                same_bits_at_every_chunking(&program, ks[row], &with, &without, &what);
+            }
+        }
+    }
+
     /// Streaming stores (peeled loops, `!nontemporal` vector stores) give the same bits as plain
     /// ones for every alignment of the output and every chunking, and write nothing outside it.
     /// Which stores stream is checked in the IR for a named AVX-512 CPU; the values on this

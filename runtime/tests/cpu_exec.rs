@@ -185,6 +185,37 @@ fn softmax_rows_match_the_interpreter() {
     }
 }
 
+/// A kernel writing at least 16 MiB streams its stores (the default
+/// `JitOptions::nontemporal_min_bytes`) and has a plain-store twin, which `run` calls for its
+/// fresh outputs and `run_into` does not: both give the same bits, and match the
+/// interpreter. Smaller kernels, and every kernel with streaming off, have no twin.
+#[test]
+fn streaming_kernels_have_a_plain_store_twin_with_the_same_bits() {
+    let n = 768;
+    let rows = (16 << 20) / (4 * n) + 1;
+    let x = tensor(DType::F32, &[rows, n], &floats(rows * n, 11, 8.0, false));
+    let inputs = bind(&[("x", &x)]);
+    let program = softmax_program(DType::F32, rows, n);
+    let exe = CpuProgram::compile_with(&program, &HashMap::new(), &opts(2)).unwrap();
+    assert!(exe.kernels().all(|k| k.has_plain_twin()));
+    let fresh = exe.run(&inputs).unwrap().remove(0).1;
+    let mut into = vec![HostTensor::zeros(DType::F32, [rows * n].as_slice())];
+    exe.run_into(&inputs, &mut into).unwrap();
+    let bits =
+        |t: &HostTensor| -> Vec<u32> { t.to_f32_vec().iter().map(|v| v.to_bits()).collect() };
+    assert!(bits(&fresh) == bits(&into[0]), "run and run_into differ");
+    let want = eval(&softmax_graph(DType::F32, rows, n), &inputs).unwrap();
+    let want = HostTensor::new([rows * n].as_slice(), want[0].1.data().clone()).unwrap();
+    check_close("streamed softmax", &into[0], &want, 1e-5, 1e-6).unwrap();
+    let mut plain = opts(2);
+    plain.jit.nontemporal_min_bytes = None;
+    let exe = CpuProgram::compile_with(&program, &HashMap::new(), &plain).unwrap();
+    assert!(exe.kernels().all(|k| !k.has_plain_twin()));
+    let small = softmax_program(DType::F32, 9, n);
+    let exe = CpuProgram::compile_with(&small, &HashMap::new(), &opts(2)).unwrap();
+    assert!(exe.kernels().all(|k| !k.has_plain_twin()));
+}
+
 /// Rows shorter than two 16-lane blocks reduce in index order, as `eval_program` does; their
 /// body (here softmax's `exp`) is computed in a vectorised loop of its own first. With the C
 /// library's `exp` the kernel is `eval_program` bit for bit, at every short length, with NaN

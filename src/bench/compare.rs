@@ -16,10 +16,12 @@ use std::str::FromStr;
 /// An option of [`Options`] that `--compare` flips.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Knob {
-    /// [`Options::streaming_stores`].
+    /// Streaming stores ([`Options::no_streaming_stores`]).
     StreamingStores,
     /// Software prefetch ([`Options::no_prefetch`]).
     Prefetch,
+    /// Row kernels prefetching rows ahead ([`Options::no_row_prefetch`]).
+    RowPrefetch,
     /// [`Options::math`]: the default polynomials against the C library's algorithms.
     LibmMath,
     /// [`Options::fast_math`]: rewrites that may change rounding.
@@ -39,9 +41,10 @@ pub const PANEL_ROWS_BEFORE: usize = 64;
 
 impl Knob {
     /// Every knob, in the order the CLI lists them.
-    pub const ALL: [Knob; 7] = [
+    pub const ALL: [Knob; 8] = [
         Knob::StreamingStores,
         Knob::Prefetch,
+        Knob::RowPrefetch,
         Knob::LibmMath,
         Knob::FastMath,
         Knob::InterleaveRows,
@@ -58,8 +61,9 @@ impl Knob {
     pub fn flip(self, options: &Options) -> Options {
         let mut o = options.clone();
         match self {
-            Knob::StreamingStores => o.streaming_stores = !o.streaming_stores,
+            Knob::StreamingStores => o.no_streaming_stores = !o.no_streaming_stores,
             Knob::Prefetch => o.no_prefetch = !o.no_prefetch,
+            Knob::RowPrefetch => o.no_row_prefetch = !o.no_row_prefetch,
             Knob::LibmMath => {
                 o.math = match o.math {
                     MathMode::Polynomial => MathMode::Libm,
@@ -82,11 +86,16 @@ impl Knob {
     /// What the knob's setting in `options` is, in a few words.
     pub fn describe(self, options: &Options) -> String {
         match self {
-            Knob::StreamingStores if options.streaming_stores => "streaming stores".into(),
-            Knob::StreamingStores => "plain stores".into(),
+            Knob::StreamingStores if options.no_streaming_stores => "plain stores".into(),
+            Knob::StreamingStores => "streaming stores".into(),
             Knob::Prefetch => match options.jit_options().prefetch_bytes {
                 Some(n) => format!("prefetch {n} B"),
                 None => "no prefetch".into(),
+            },
+            Knob::RowPrefetch => match options.jit_options() {
+                j if j.prefetch_bytes.is_none() => "no prefetch".into(),
+                j if j.row_prefetch => "row kernels two rows ahead".into(),
+                _ => "row kernels 2 KiB ahead".into(),
             },
             Knob::LibmMath => format!("{} math", options.math),
             Knob::FastMath if options.fast_math => "fast-math".into(),
@@ -112,6 +121,7 @@ impl fmt::Display for Knob {
         f.write_str(match self {
             Knob::StreamingStores => "streaming-stores",
             Knob::Prefetch => "prefetch",
+            Knob::RowPrefetch => "row-prefetch",
             Knob::LibmMath => "libm-math",
             Knob::FastMath => "fast-math",
             Knob::InterleaveRows => "interleave-rows",

@@ -46,9 +46,12 @@ pub struct BenchOptions {
     /// CPU kernels without software prefetch (`--no-prefetch`; see
     /// [`crate::Options::no_prefetch`]).
     pub no_prefetch: bool,
-    /// CPU kernels writing large outputs use streaming stores (`--streaming-stores`; see
-    /// [`crate::Options::streaming_stores`]).
-    pub streaming_stores: bool,
+    /// CPU row kernels prefetch at the module's distance, not rows ahead (`--no-row-prefetch`;
+    /// see [`crate::Options::no_row_prefetch`]).
+    pub no_row_prefetch: bool,
+    /// CPU kernels use plain stores only (`--no-streaming-stores`; see
+    /// [`crate::Options::no_streaming_stores`]).
+    pub no_streaming_stores: bool,
     /// CPU row kernels one row at a time (`--no-interleave-rows`; see
     /// [`crate::Options::no_interleave_rows`]).
     pub no_interleave_rows: bool,
@@ -101,6 +104,9 @@ pub struct Report {
     /// How far ahead CPU kernels' vector loops prefetch, in bytes; `None`: no software
     /// prefetch (`--no-prefetch`).
     pub prefetch_bytes: Option<u32>,
+    /// Whether CPU row kernels prefetch rows ahead (the default, when prefetch is on) or at
+    /// `prefetch_bytes` (`--no-row-prefetch`).
+    pub row_prefetch: bool,
     /// CPU kernels whose outputs are all at least this many bytes use streaming stores;
     /// `None`: none do (the default).
     pub streaming_stores_min_bytes: Option<u64>,
@@ -209,7 +215,8 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         device,
         math: opts.math,
         no_prefetch: opts.no_prefetch,
-        streaming_stores: opts.streaming_stores,
+        no_row_prefetch: opts.no_row_prefetch,
+        no_streaming_stores: opts.no_streaming_stores,
         no_interleave_rows: opts.no_interleave_rows,
         no_interleave_vectors: opts.no_interleave_vectors,
         ..crate::Options::default()
@@ -283,6 +290,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         quick: opts.quick,
         math: opts.math.to_string(),
         prefetch_bytes: jit.prefetch_bytes,
+        row_prefetch: jit.row_prefetch,
         streaming_stores_min_bytes: jit.nontemporal_min_bytes,
         interleave_rows: jit.interleave_rows,
         interleave_vectors: jit.interleave_vectors,

@@ -36,9 +36,10 @@ pub fn tables(r: &Report) -> String {
         s,
         "cpu kernels' f32 exp/tanh/erf: {}; software prefetch: {}; row kernels: {}; store loops and split reductions: {}",
         r.math,
-        match r.prefetch_bytes {
-            Some(n) => format!("{n} bytes ahead"),
-            None => "off".to_string(),
+        match (r.prefetch_bytes, r.row_prefetch) {
+            (Some(n), true) => format!("{n} bytes ahead, row kernels two rows ahead"),
+            (Some(n), false) => format!("{n} bytes ahead"),
+            (None, _) => "off".to_string(),
         },
         if r.interleave_rows {
             "two rows interleaved"
@@ -50,13 +51,15 @@ pub fn tables(r: &Report) -> String {
             None => "as the vectoriser interleaves".to_string(),
         }
     );
-    if let Some(n) = r.streaming_stores_min_bytes {
-        let _ = writeln!(
+    let _ = match r.streaming_stores_min_bytes {
+        Some(n) => writeln!(
             s,
-            "streaming stores: in kernels whose outputs are all >= {} MiB",
+            "streaming stores: in kernels whose outputs are all >= {} MiB (plain stores into \
+             the fresh outputs of run)",
             n >> 20
-        );
-    }
+        ),
+        None => writeln!(s, "streaming stores: off"),
+    };
     match &r.stream {
         Some(st) => {
             let _ = writeln!(

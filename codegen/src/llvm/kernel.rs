@@ -68,6 +68,7 @@ pub use interleave::{interleaves, INTERLEAVE_MAX_BYTES, INTERLEAVE_MAX_ROW};
 
 use access::check_affine_bounds;
 pub(crate) use prefetch::insert_prefetches;
+use prefetch::{row_distance, PREFETCH_ATTR};
 pub(crate) use scalef::inline_after_vectorizing;
 pub use scalef::Scalef;
 pub(crate) use stream::mark_streaming_stores;
@@ -199,11 +200,48 @@ pub fn compile_program_kernels(
     let body = KernelOptions::for_jit(options)?;
     let module = compile("smelt_kernels", options, |ctx, module| {
         for (k, name) in kernels.iter().zip(&entries) {
-            build_kernel(ctx, module, k, buffers, name, &body)?;
+            build_with_twin(ctx, module, k, buffers, name, &body)?;
         }
         Ok(())
     })?;
     Ok(CompiledKernels { module, entries })
+}
+
+/// The name of the plain-store twin of entry `entry` (see [`has_plain_twin`]).
+pub fn plain_twin_name(entry: &str) -> String {
+    format!("{entry}.plain")
+}
+
+/// Whether a module compiled under `options` holds, beside `kernel`'s entry point, a twin
+/// with plain stores named by [`plain_twin_name`]: for kernels whose stores stream
+/// ([`JitOptions::nontemporal_min_bytes`]). A streaming store to a line in cache writes the
+/// line back and then writes around it, so into fresh memory, whose pages the OS has just
+/// zeroed through the cache, plain stores are faster; the runtime calls the twin when a kernel
+/// writes outputs it has just allocated (`run`), the streaming entry for the caller's
+/// tensors (`run_into`) and its own temporaries.
+pub fn has_plain_twin(kernel: &Kernel, buffers: &[BufferDecl], options: &JitOptions) -> bool {
+    streams(kernel, buffers, options.nontemporal_min_bytes)
+}
+
+/// [`build_kernel`] of `kernel` as `name`, and of its plain-store twin where it streams (see
+/// [`has_plain_twin`]).
+fn build_with_twin<'ctx>(
+    ctx: &'ctx Context,
+    module: &Module<'ctx>,
+    kernel: &Kernel,
+    buffers: &[BufferDecl],
+    name: &str,
+    options: &KernelOptions,
+) -> Result<()> {
+    build_kernel(ctx, module, kernel, buffers, name, options)?;
+    if streams(kernel, buffers, options.nontemporal_min_bytes) {
+        let plain = KernelOptions {
+            nontemporal_min_bytes: None,
+            ..*options
+        };
+        build_kernel(ctx, module, kernel, buffers, &plain_twin_name(name), &plain)?;
+    }
+    Ok(())
 }
 
 /// Every kernel step of `program` in one module, as the CPU runtime would JIT-compile it under
@@ -215,7 +253,7 @@ pub fn program_listing(program: &Program, options: &JitOptions) -> Result<(Strin
     let body = KernelOptions::for_jit(options)?;
     assemble("smelt_kernels", options, |ctx, module| {
         for (k, name) in kernels.iter().zip(&entries) {
-            build_kernel(ctx, module, k, &program.buffers, name, &body)?;
+            build_with_twin(ctx, module, k, &program.buffers, name, &body)?;
         }
         Ok(())
     })
@@ -266,6 +304,9 @@ pub struct KernelOptions {
     pub scalef: Scalef,
     /// Row kernels compute two rows at a time, stage by stage (see `interleaved_points`).
     pub interleave_rows: bool,
+    /// Row kernels prefetch whole rows ahead (see `prefetch::row_distance`); only marks the
+    /// kernel, the prefetches themselves are inserted after optimisation.
+    pub row_prefetch: bool,
     /// The vectoriser's interleave count for store loops (`llvm.loop.interleave.count`;
     /// `None`: its own choice). See `JitOptions::interleave_vectors`.
     pub interleave_vectors: Option<u32>,
@@ -282,6 +323,7 @@ impl KernelOptions {
             nontemporal_min_bytes: options.nontemporal_min_bytes,
             scalef: Scalef::for_features(&features),
             interleave_rows: options.interleave_rows,
+            row_prefetch: options.row_prefetch,
             interleave_vectors: options.interleave_vectors,
         })
     }
@@ -373,6 +415,16 @@ pub fn build_kernel<'ctx>(
         }
     }
     b.build_return(None)?;
+    if let Some(distance) = options
+        .row_prefetch
+        .then(|| row_distance(kernel, buffers))
+        .flatten()
+    {
+        entry_fn.add_attribute(
+            AttributeLoc::Function,
+            ctx.create_string_attribute(PREFETCH_ATTR, &distance.to_string()),
+        );
+    }
 
     let builder = ctx.create_builder();
     builder.position_at_end(ctx.append_basic_block(body_fn, "entry"));

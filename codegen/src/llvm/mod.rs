@@ -31,7 +31,7 @@ mod options;
 pub use error::{LlvmError, Result};
 pub use options::{
     CpuTarget, HostTarget, JitOptions, MathMode, OptLevel, INTERLEAVE_VECTORS,
-    NONTEMPORAL_MIN_BYTES, PREFETCH_BYTES,
+    NONTEMPORAL_MIN_BYTES, PREFETCH_BYTES, ROW_PREFETCH_MAX_BYTES, ROW_PREFETCH_ROWS,
 };
 
 #[cfg(feature = "llvm")]

@@ -66,14 +66,20 @@ impl fmt::Display for MathMode {
     }
 }
 
-/// A threshold for [`JitOptions::nontemporal_min_bytes`] (16 MiB, past the per-core caches)
-/// for callers that opt in to streaming stores.
+/// The default of [`JitOptions::nontemporal_min_bytes`] (16 MiB, past the per-core caches).
 pub const NONTEMPORAL_MIN_BYTES: u64 = 16 << 20;
 
 /// The default of [`JitOptions::prefetch_bytes`]: 2 KiB ahead (32 cache lines). On the
 /// 2-core VM it was tuned on, 1, 2 and 4 KiB were equally good (within the noise) and all
 /// far better than none.
 pub const PREFETCH_BYTES: u32 = 2048;
+
+/// How many rows ahead a row kernel prefetches ([`JitOptions::row_prefetch`]).
+pub const ROW_PREFETCH_ROWS: u32 = 2;
+
+/// The furthest a row kernel prefetches ([`JitOptions::row_prefetch`]): rows longer than
+/// this are revisited from L2, not memory, by the passes after the first.
+pub const ROW_PREFETCH_MAX_BYTES: u32 = 16 << 10;
 
 /// The default [`JitOptions::interleave_vectors`].
 pub const INTERLEAVE_VECTORS: u32 = 4;
@@ -86,17 +92,26 @@ pub struct JitOptions {
     pub math: MathMode,
     /// A kernel every buffer of which it writes is at least this many bytes stores whole
     /// aligned 64-byte vectors with non-temporal (streaming) stores, which skip the
-    /// read-for-ownership of each output cache line. Values are unchanged either way.
-    /// `None` (the default): never. Opt-in, because on the machine it was measured on (a
-    /// 2-vCPU VM with a 480 MB last-level cache) streaming made every fused kernel slower
-    /// without software prefetch, and with it (the default) some faster and some slower
-    /// (see BENCHMARKS.md). `smelt::Options::streaming_stores` turns it on.
+    /// read-for-ownership of each output cache line. Values are unchanged either way. Such a
+    /// kernel also gets a twin with plain stores (`kernel::has_plain_twin`), which the
+    /// runtime calls to write outputs into memory it has just allocated. `None`: never.
+    /// Default: `Some(`[`NONTEMPORAL_MIN_BYTES`]`)`; on the 2-core VM it was measured on,
+    /// with row kernels prefetching rows ahead, streaming made the large row kernels 13–22%
+    /// faster and the elementwise chain 13–20%, and left bias-GELU and permute-add within
+    /// ±4% (BENCHMARKS.md). `smelt::Options::no_streaming_stores` turns it off.
     pub nontemporal_min_bytes: Option<u64>,
     /// Kernels' vector loops prefetch each cache line they load or store this many bytes
     /// before they reach it (`kernel/prefetch.rs`), so that memory traffic overlaps the
     /// arithmetic of kernels that compute much per element. Values are unchanged either
     /// way. `None`: no software prefetch. Default: `Some(`[`PREFETCH_BYTES`]`)`.
     pub prefetch_bytes: Option<u32>,
+    /// With software prefetch on, a row kernel (a reduction stage and the passes that read
+    /// its row again, e.g. softmax, layer_norm) prefetches [`ROW_PREFETCH_ROWS`] rows ahead
+    /// instead of `prefetch_bytes` when that is further (at most [`ROW_PREFETCH_MAX_BYTES`]):
+    /// while it computes a row, its loads and stores request the next rows' lines, so memory
+    /// stays busy during the passes over a row already in cache (`kernel/prefetch.rs`).
+    /// Values are unchanged either way. Default: on.
+    pub row_prefetch: bool,
     /// Row kernels over short rows in cache (which: `kernel::interleaves`) compute two
     /// points of their last outer dim at a time, stage by stage: the first row's max, the second's, the first row's sum,
     /// the second's, and so on, so that the two rows' chains of dependent passes overlap
@@ -121,8 +136,9 @@ impl Default for JitOptions {
             opt_level: OptLevel::default(),
             target: CpuTarget::default(),
             math: MathMode::default(),
-            nontemporal_min_bytes: None,
+            nontemporal_min_bytes: Some(NONTEMPORAL_MIN_BYTES),
             prefetch_bytes: Some(PREFETCH_BYTES),
+            row_prefetch: true,
             interleave_rows: true,
             interleave_vectors: Some(INTERLEAVE_VECTORS),
         }
@@ -146,6 +162,9 @@ impl fmt::Display for JitOptions {
         match self.prefetch_bytes {
             Some(n) => write!(f, " prefetch={n}")?,
             None => write!(f, " prefetch=off")?,
+        }
+        if !self.row_prefetch {
+            write!(f, " row-prefetch=off")?;
         }
         if !self.interleave_rows {
             write!(f, " interleave=off")?;

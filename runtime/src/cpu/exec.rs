@@ -154,6 +154,8 @@ enum ExecStep {
         args: Vec<usize>,
         extent: i64,
         grain: i64,
+        /// It writes an output tensor (a caller's, or a fresh one in `run`).
+        writes_output: bool,
     },
     Gemm {
         plan: MatmulPlan,
@@ -298,6 +300,10 @@ impl CpuProgram {
                         .max(1);
                     ExecStep::Kernel {
                         kernel,
+                        writes_output: k
+                            .writes
+                            .iter()
+                            .any(|b| matches!(slots[b.0 as usize], Slot::Output { .. })),
                         args: k
                             .reads
                             .iter()
@@ -364,8 +370,10 @@ impl CpuProgram {
         })
     }
 
-    /// Runs every step in order on the arena's pointers (bound by `run_into`).
-    fn run_steps(&self, pool: &CpuPool, arena: &mut Arena) -> Result<()> {
+    /// Runs every step in order on the arena's pointers (bound by `run_into`). With
+    /// `fresh_outputs` (the output tensors were just allocated, so their pages are new and
+    /// zeroed through the cache), kernels writing them use their plain-store twins.
+    fn run_steps(&self, pool: &CpuPool, arena: &mut Arena, fresh_outputs: bool) -> Result<()> {
         for step in &self.steps {
             let started = self.profile.then(std::time::Instant::now);
             match step {
@@ -374,6 +382,7 @@ impl CpuProgram {
                     args,
                     extent,
                     grain,
+                    writes_output,
                 } => {
                     arena.args.clear();
                     arena.args.extend(args.iter().map(|&b| arena.ptrs[b]));
@@ -386,7 +395,15 @@ impl CpuProgram {
                     // every buffer live at the same step, and output tensors, which are the
                     // caller's exclusively borrowed memory, one per buffer, disjoint from every
                     // input and bound tensor; nothing else touches them during the launch.
-                    unsafe { kernel.launch(pool, &arena.args, *extent, *grain)? };
+                    unsafe {
+                        kernel.launch_with(
+                            pool,
+                            &arena.args,
+                            *extent,
+                            *grain,
+                            fresh_outputs && *writes_output,
+                        )?
+                    };
                     if arena.status.load(Ordering::Relaxed) != 0 {
                         return Err(CpuError::IndexOutOfRange {
                             kernel: kernel.name().to_string(),
@@ -410,8 +427,15 @@ impl CpuProgram {
             }
             if let Some(t) = started {
                 let name = match step {
-                    ExecStep::Kernel { kernel, extent, .. } => {
-                        format!("{} (extent {extent})", kernel.name())
+                    ExecStep::Kernel {
+                        kernel,
+                        extent,
+                        writes_output,
+                        ..
+                    } => {
+                        let twin = fresh_outputs && *writes_output && kernel.has_plain_twin();
+                        let stores = if twin { ", plain-store twin" } else { "" };
+                        format!("{} (extent {extent}{stores})", kernel.name())
                     }
                     ExecStep::Gemm { plan, .. } => format!("gemm {:?}", plan.out_dims()),
                 };
@@ -444,6 +468,14 @@ impl CpuProgram {
         }
         o.shape = shape;
         Ok(())
+    }
+
+    /// The JIT-compiled kernels of the program's kernel steps, in execution order.
+    pub fn kernels(&self) -> impl Iterator<Item = &CpuKernel> + '_ {
+        self.steps.iter().filter_map(|s| match s {
+            ExecStep::Kernel { kernel, .. } => Some(kernel),
+            ExecStep::Gemm { .. } => None,
+        })
     }
 
     /// The memory plan of the arena.
@@ -497,7 +529,7 @@ impl CpuProgram {
             .iter()
             .map(|o| super::pages::fresh_output(o.dtype, o.shape.clone()))
             .collect();
-        self.run_into(inputs, &mut outs)?;
+        self.run_into_impl(inputs, &mut outs, true)?;
         Ok(self
             .outputs
             .iter()
@@ -512,6 +544,16 @@ impl CpuProgram {
         &self,
         inputs: &HashMap<String, HostTensor>,
         outputs: &mut [HostTensor],
+    ) -> Result<()> {
+        self.run_into_impl(inputs, outputs, false)
+    }
+
+    /// [`CpuProgram::run_into`]; `fresh_outputs`: `outputs` were just allocated by `run`.
+    fn run_into_impl(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        outputs: &mut [HostTensor],
+        fresh_outputs: bool,
     ) -> Result<()> {
         if outputs.len() != self.outputs.len() {
             return Err(CpuError::Output {
@@ -577,7 +619,7 @@ impl CpuProgram {
         }
         // The steps run on this thread, which takes part in each step's parallel loop (see
         // `pool`: idle workers spin between steps, so no step waits for a wake-up).
-        self.run_steps(self.pool.get(), arena)?;
+        self.run_steps(self.pool.get(), arena, fresh_outputs)?;
         for (o, t) in self.outputs.iter().zip(outputs.iter_mut()) {
             if o.fill != Fill::Copy {
                 continue;
@@ -884,6 +926,7 @@ fn jit(
     if kernels.is_empty() {
         return Ok(Vec::new());
     }
+    use smelt_codegen::llvm::kernel as kernel_gen;
     let target = smelt_codegen::llvm::host_target()?.cache_key();
     super::jit_cache::cached(program, kernels, options, &target, || {
         let disk = super::disk_cache::open(disk);
@@ -915,16 +958,25 @@ fn jit(
             })
         };
         let mut per_group = Vec::with_capacity(threads);
-        for c in compiled {
+        for (c, kernels) in compiled.into_iter().zip(&groups) {
             let c = c?;
             let module = Arc::new(c.module);
             let group = c
                 .entries
                 .iter()
-                .map(|name| {
-                    // SAFETY: the kernel code generator defines every entry as
-                    // `void (i8**, i64, i64)` in the calling convention of `super`.
-                    unsafe { CpuKernel::new(module.clone(), name) }
+                .zip(kernels)
+                .map(|(name, k)| {
+                    // SAFETY: the kernel code generator defines every entry, and the plain
+                    // twin of each that `has_plain_twin` names, as `void (i8**, i64, i64)`
+                    // in the calling convention of `super`, the twin computing the same.
+                    unsafe {
+                        let kernel = CpuKernel::new(module.clone(), name)?;
+                        if kernel_gen::has_plain_twin(k, &program.buffers, options) {
+                            kernel.with_plain_twin(&kernel_gen::plain_twin_name(name))
+                        } else {
+                            Ok(kernel)
+                        }
+                    }
                 })
                 .collect::<Result<Vec<_>>>()?;
             per_group.push(group.into_iter());

@@ -13,6 +13,9 @@ pub struct CpuKernel {
     module: Arc<JitModule>,
     name: String,
     entry: KernelFn,
+    /// The same kernel with plain stores where `entry` streams them (see
+    /// `smelt_codegen::llvm::kernel::has_plain_twin`).
+    plain: Option<KernelFn>,
 }
 
 impl CpuKernel {
@@ -29,7 +32,24 @@ impl CpuKernel {
             module,
             name: name.to_string(),
             entry,
+            plain: None,
         })
+    }
+
+    /// This kernel with its plain-store twin, the function `twin` of the same module.
+    ///
+    /// # Safety
+    /// As for [`CpuKernel::new`], for `twin`: the same kernel (same arguments, same results)
+    /// in the same calling convention.
+    pub unsafe fn with_plain_twin(mut self, twin: &str) -> Result<CpuKernel> {
+        // SAFETY: forwarded contract; the twin lives in `self.module`, kept alive by `self`.
+        self.plain = Some(unsafe { self.module.function(twin)? });
+        Ok(self)
+    }
+
+    /// Whether the kernel has a plain-store twin.
+    pub fn has_plain_twin(&self) -> bool {
+        self.plain.is_some()
     }
 
     /// The kernel's function name.
@@ -54,7 +74,29 @@ impl CpuKernel {
         extent: i64,
         grain: i64,
     ) -> Result<()> {
-        // SAFETY: forwarded contract; `self.module` keeps `entry` valid during the launch.
-        unsafe { pool.launch(self.entry, args, extent, grain) }
+        // SAFETY: forwarded contract.
+        unsafe { self.launch_with(pool, args, extent, grain, false) }
+    }
+
+    /// [`CpuKernel::launch`], with the plain-store twin when `plain_stores` is set and the
+    /// kernel has one (the results are the same bits either way).
+    ///
+    /// # Safety
+    /// As for [`CpuKernel::launch`].
+    pub unsafe fn launch_with(
+        &self,
+        pool: &CpuPool,
+        args: &[*mut u8],
+        extent: i64,
+        grain: i64,
+        plain_stores: bool,
+    ) -> Result<()> {
+        let entry = match self.plain {
+            Some(plain) if plain_stores => plain,
+            _ => self.entry,
+        };
+        // SAFETY: forwarded contract; `self.module` keeps both entries valid during the
+        // launch.
+        unsafe { pool.launch(entry, args, extent, grain) }
     }
 }

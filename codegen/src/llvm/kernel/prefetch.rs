@@ -13,6 +13,17 @@
 //! see `stream.rs`). Rows of a row kernel follow each other in memory, so a row's prefetches
 //! fetch the start of the next rows while it computes.
 //!
+//! A row kernel (softmax, layer_norm: a reduction stage, then passes that read the row again)
+//! reads memory only in its first pass over a row; its later passes find the row in L1. With
+//! prefetches a fixed 2 KiB ahead, those passes request only what the first pass already did,
+//! so the memory system idles while the row is computed and the next row's first pass waits on
+//! memory: arithmetic and memory traffic add up instead of overlapping. So a kernel
+//! [`row_distance`] finds rows in (with [`JitOptions::row_prefetch`]) carries the distance of
+//! [`ROW_PREFETCH_ROWS`] rows as the function attribute [`PREFETCH_ATTR`], and its accesses
+//! prefetch that far ahead when it is further than the module's distance: every pass over a
+//! row requests the lines of the row two further on. Measured on the 2-core VM (BENCHMARKS.md,
+//! `smelt bench --compare row-prefetch`).
+//!
 //! A prefetch never faults and never changes a value: the address may lie past the end of a
 //! buffer (it is computed with a plain, not `inbounds`, GEP, so it is not poison either), and
 //! the kernel's results are the same bits with and without. Measured side by side
@@ -24,18 +35,66 @@ use super::stream::from_stack;
 use crate::llvm::error::Result;
 #[allow(unused_imports)] // named by the module docs
 use crate::llvm::options::JitOptions;
+use crate::llvm::options::{ROW_PREFETCH_MAX_BYTES, ROW_PREFETCH_ROWS};
+use inkwell::attributes::AttributeLoc;
 use inkwell::module::Module;
 use inkwell::targets::TargetData;
 use inkwell::types::{AnyTypeEnum, BasicType};
 use inkwell::values::{BasicValueEnum, InstructionOpcode, InstructionValue, Operand};
 use inkwell::AddressSpace;
+use smelt_passes::kernel::{Access, BufferDecl, InstOp, Kernel, StageEffect};
+
+/// The function attribute holding a kernel's own prefetch distance in bytes (decimal), set by
+/// `build_kernel` from [`row_distance`].
+pub(crate) const PREFETCH_ATTR: &str = "smelt-prefetch-bytes";
+
+/// The prefetch distance of a row kernel: [`ROW_PREFETCH_ROWS`] times the bytes from one row
+/// of its loads to the next, capped at [`ROW_PREFETCH_MAX_BYTES`] and rounded up to a cache
+/// line. A row kernel here has outer dims, a reduction stage and a later stage, and its rows
+/// are the steps of the last outer dim: the largest step, in bytes, of any affine load in its
+/// stages. `None` for other kernels (an elementwise kernel's one pass already streams) and for
+/// rows that do not move the loads (a reduction over leading axes, whose last outer dim steps
+/// one element).
+pub(crate) fn row_distance(kernel: &Kernel, buffers: &[BufferDecl]) -> Option<u32> {
+    let last = kernel.outer.len().checked_sub(1)?;
+    let reduces = kernel
+        .stages
+        .iter()
+        .position(|s| matches!(s.effect, StageEffect::Reduce { .. }))?;
+    if reduces + 1 >= kernel.stages.len() {
+        return None;
+    }
+    let step = kernel
+        .stages
+        .iter()
+        .flat_map(|s| &s.body)
+        .filter_map(|inst| match &inst.op {
+            InstOp::Load {
+                buffer,
+                access: Access::Affine { strides, .. },
+            } => {
+                let size = buffers.get(buffer.0 as usize)?.dtype.size_bytes() as u64;
+                Some(strides.get(last)?.unsigned_abs().saturating_mul(size))
+            }
+            _ => None,
+        })
+        .max()?;
+    let ahead = step.saturating_mul(u64::from(ROW_PREFETCH_ROWS));
+    // Rows shorter than a line gain nothing over the module's distance.
+    (ahead >= 64).then(|| {
+        ahead
+            .min(u64::from(ROW_PREFETCH_MAX_BYTES))
+            .next_multiple_of(64) as u32
+    })
+}
 
 /// The smallest access that gets a prefetch: an AVX2 vector, half a cache line (narrower
 /// vectors would spend a prefetch on a quarter line or less).
 const MIN_BYTES: u64 = 32;
 
-/// Inserts the prefetches of the module docs, `distance` bytes ahead, into every function
-/// of `module` (optimised, with its data layout set).
+/// Inserts the prefetches of the module docs into every function of `module` (optimised,
+/// with its data layout set): `distance` bytes ahead, or a function's own [`PREFETCH_ATTR`]
+/// distance where that is further.
 pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()> {
     let ctx = module.get_context();
     let layout = module.get_data_layout();
@@ -50,10 +109,14 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
         ctx.void_type()
             .fn_type(&[i8p.into(), i32t.into(), i32t.into(), i32t.into()], false),
     );
-    let ahead = ctx.i64_type().const_int(u64::from(distance), false);
     let nontemporal = ctx.get_kind_id("nontemporal");
     let b = ctx.create_builder();
     for f in module.get_functions() {
+        let own = f
+            .get_string_attribute(AttributeLoc::Function, PREFETCH_ATTR)
+            .and_then(|a| a.get_string_value().to_str().ok()?.parse::<u32>().ok());
+        let ahead = own.map_or(distance, |own| own.max(distance));
+        let ahead = ctx.i64_type().const_int(u64::from(ahead), false);
         for bb in f.get_basic_blocks() {
             let mut next = bb.get_first_instruction();
             while let Some(inst) = next {
