@@ -729,10 +729,11 @@ mod with_llvm {
         }
     }
 
-    /// Row kernels (a reduction, then passes over the row again) prefetch two rows ahead
+    /// Row kernels (a reduction, then passes over the row again) over more data than fits in
+    /// cache (above `INTERLEAVE_MAX_BYTES`) prefetch two rows ahead
     /// (`JitOptions::row_prefetch`, on by default) where that is further than the module's
-    /// 2 KiB, at most 16 KiB; with it off, 2 KiB ahead like every other kernel. The values are
-    /// the same bits either way, at every chunking.
+    /// 2 KiB, at most 16 KiB; with it off, or over data in cache, 2 KiB ahead like every other
+    /// kernel. The values are the same bits either way, at every chunking.
     #[test]
     fn row_kernels_prefetch_two_rows_ahead() {
         assert!(JitOptions::default().row_prefetch);
@@ -741,10 +742,17 @@ mod with_llvm {
             ..JitOptions::default()
         };
         // Rows of 100 floats: two are 800 bytes, less than the module's distance; of 768: two
-        // are 6 KiB; of 5000: two are 40 000 bytes, capped.
-        for (cols, distance) in [(100, 2048), (768, 6144), (5000, 16384)] {
+        // are 6 KiB; of 5000: two are 40 000 bytes, capped. Enough rows for 5 MiB per
+        // buffer, and for 768, 5 rows: in cache.
+        let big = |cols: usize| (5 << 20) / (4 * cols) + 1;
+        for (rows, cols, distance) in [
+            (big(100), 100, 2048),
+            (big(768), 768, 6144),
+            (big(5000), 5000, 16384),
+            (5, 768, 2048),
+        ] {
             for (name, build) in row_builds() {
-                let program = row_program(build, 5, cols);
+                let program = row_program(build, rows, cols);
                 let ks: Vec<&Kernel> = program.kernels().collect();
                 let row = ks
                     .iter()
@@ -754,7 +762,7 @@ mod with_llvm {
                             .any(|s| matches!(s.effect, StageEffect::Reduce { .. }))
                     })
                     .expect("a row kernel");
-                let what = format!("{name} over rows of {cols}");
+                let what = format!("{name} over {rows} rows of {cols}");
                 let with =
                     compile_program_kernels(&ks, &program.buffers, &JitOptions::default()).unwrap();
                 let without = compile_program_kernels(&ks, &program.buffers, &off).unwrap();

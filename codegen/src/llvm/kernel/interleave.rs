@@ -36,13 +36,7 @@ pub const INTERLEAVE_MAX_ROW: usize = 256;
 /// writes at most [`INTERLEAVE_MAX_BYTES`] in all, and it reads no buffer it writes (see the
 /// module docs).
 pub fn interleaves(kernel: &Kernel, buffers: &[BufferDecl]) -> bool {
-    let bytes: u64 = kernel
-        .reads
-        .iter()
-        .chain(&kernel.writes)
-        .filter_map(|id| buffers.get(id.0 as usize))
-        .map(|b| (b.numel as u64).saturating_mul(b.dtype.size_bytes() as u64))
-        .sum();
+    let bytes = kernel_bytes(kernel, buffers);
     let reductions = || {
         kernel
             .stages
@@ -54,6 +48,17 @@ pub fn interleaves(kernel: &Kernel, buffers: &[BufferDecl]) -> bool {
         && reductions().all(|s| s.inner.iter().product::<usize>() <= INTERLEAVE_MAX_ROW)
         && bytes <= INTERLEAVE_MAX_BYTES
         && !kernel.reads.iter().any(|id| kernel.writes.contains(id))
+}
+
+/// The bytes of every buffer `kernel` reads or writes, in all.
+pub(crate) fn kernel_bytes(kernel: &Kernel, buffers: &[BufferDecl]) -> u64 {
+    kernel
+        .reads
+        .iter()
+        .chain(&kernel.writes)
+        .filter_map(|id| buffers.get(id.0 as usize))
+        .map(|b| (b.numel as u64).saturating_mul(b.dtype.size_bytes() as u64))
+        .sum()
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {

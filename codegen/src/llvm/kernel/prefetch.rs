@@ -21,7 +21,8 @@
 //! [`row_distance`] finds rows in (with [`JitOptions::row_prefetch`]) carries the distance of
 //! [`ROW_PREFETCH_ROWS`] rows as the function attribute [`PREFETCH_ATTR`], and its accesses
 //! prefetch that far ahead when it is further than the module's distance: every pass over a
-//! row requests the lines of the row two further on. Measured on the 2-core VM (BENCHMARKS.md,
+//! row requests the lines of the row two further on (in kernels whose data does not fit in
+//! cache). Measured on the 2-core VM (BENCHMARKS.md,
 //! `smelt bench --compare row-prefetch`).
 //!
 //! A prefetch never faults and never changes a value: the address may lie past the end of a
@@ -31,6 +32,7 @@
 //! bias + GELU over 65536 x 768 from 40 to 27 ms, kernels on data in cache unchanged.
 
 use super::declare;
+use super::interleave::{kernel_bytes, INTERLEAVE_MAX_BYTES};
 use super::stream::from_stack;
 use crate::llvm::error::Result;
 #[allow(unused_imports)] // named by the module docs
@@ -52,10 +54,14 @@ pub(crate) const PREFETCH_ATTR: &str = "smelt-prefetch-bytes";
 /// of its loads to the next, capped at [`ROW_PREFETCH_MAX_BYTES`] and rounded up to a cache
 /// line. A row kernel here has outer dims, a reduction stage and a later stage, and its rows
 /// are the steps of the last outer dim: the largest step, in bytes, of any affine load in its
-/// stages. `None` for other kernels (an elementwise kernel's one pass already streams) and for
+/// stages. `None` for other kernels (an elementwise kernel's one pass already streams), for
 /// rows that do not move the loads (a reduction over leading axes, whose last outer dim steps
-/// one element).
+/// one element), and for kernels whose data fits in cache (at most [`INTERLEAVE_MAX_BYTES`],
+/// the line `interleaves` draws too: layer_norm over 128 x 768 ran 4–8% slower with it).
 pub(crate) fn row_distance(kernel: &Kernel, buffers: &[BufferDecl]) -> Option<u32> {
+    if kernel_bytes(kernel, buffers) <= INTERLEAVE_MAX_BYTES {
+        return None;
+    }
     let last = kernel.outer.len().checked_sub(1)?;
     let reduces = kernel
         .stages
