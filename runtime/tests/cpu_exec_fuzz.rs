@@ -29,7 +29,8 @@
 //! the f64 one is +inf (`SMELT_FUZZ_SEED=99 SMELT_FUZZ_MAX_NUMEL=4000` in the emulator).
 //!
 //! Every fused program is also compiled with streaming stores on every kernel
-//! (`JitOptions::nontemporal_min_bytes = Some(0)`) and must give the same bits.
+//! (`JitOptions::nontemporal_min_bytes = Some(0)`) and must give the same bits, through
+//! `run_into` (the streaming kernels) and `run` (their plain-store twins, for the outputs).
 //!
 //! Graphs on which the interpreter reports an error (integer division by zero, a gather index
 //! out of range) are skipped. `SMELT_FUZZ_CASES` sets the number of graphs (default 256);
@@ -82,15 +83,28 @@ fn check_graph(graph: &Graph, bindings: &HashMap<String, HostTensor>) -> Result<
         if fuse {
             // Streaming stores (peeled loops, non-temporal vector stores) on every kernel give
             // the same bits as plain stores.
+            // Through `run_into`: `run` calls the kernels' plain-store twins for the outputs
+            // it allocates, so it is checked too, against the same bits.
             let mut streaming = CpuOptions::default();
             streaming.jit.nontemporal_min_bytes = Some(0);
-            let exe = CpuProgram::compile_with(&program, &params, &streaming)
+            let mut exe = CpuProgram::compile_with(&program, &params, &streaming)
                 .map_err(|e| format!("compile (streaming): {e}"))?;
-            let again = exe
+            for (name, id) in graph.outputs() {
+                exe.set_output_shape(name, graph.ty(*id).shape.clone())
+                    .map_err(|e| format!("output shape (streaming): {e}"))?;
+            }
+            let mut into: Vec<HostTensor> = got
+                .iter()
+                .map(|(_, t)| HostTensor::zeros(t.dtype(), t.shape().clone()))
+                .collect();
+            exe.run_into(bindings, &mut into)
+                .map_err(|e| format!("run_into (streaming): {e}"))?;
+            let twins = exe
                 .run(bindings)
-                .map_err(|e| format!("run (streaming): {e}"))?;
-            for ((name, g), (_, a)) in got.iter().zip(&again) {
+                .map_err(|e| format!("run (streaming, plain-store twins): {e}"))?;
+            for (((name, g), a), (_, t)) in got.iter().zip(&into).zip(&twins) {
                 check_bits(&format!("{name} (streaming stores)"), a, g)?;
+                check_bits(&format!("{name} (plain-store twins)"), t, g)?;
             }
         }
         let oracle = eval_program(&program, bindings).ok();
