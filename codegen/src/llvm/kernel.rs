@@ -246,7 +246,8 @@ fn build_with_twin<'ctx>(
 
 /// Every kernel step of `program` in one module, as the CPU runtime would JIT-compile it under
 /// `options`: the optimised LLVM IR and the host assembly the back end writes for it (for
-/// `smelt explain --emit`; each kernel is one function named by [`entry_names`]).
+/// `smelt explain --emit`; each kernel is one function named by [`entry_names`], followed by
+/// its plain-store twin where it has one, see [`has_plain_twin`]).
 pub fn program_listing(program: &Program, options: &JitOptions) -> Result<(String, String)> {
     let kernels: Vec<&Kernel> = program.kernels().collect();
     let entries = entry_names(&kernels);
