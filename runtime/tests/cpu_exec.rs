@@ -186,9 +186,10 @@ fn softmax_rows_match_the_interpreter() {
 }
 
 /// A kernel writing at least 16 MiB streams its stores (the default
-/// `JitOptions::nontemporal_min_bytes`) and has a plain-store twin, which `run` calls for its
-/// fresh outputs and `run_into` does not: both give the same bits, and match the
-/// interpreter. Smaller kernels, and every kernel with streaming off, have no twin.
+/// `JitOptions::nontemporal_min_bytes`) and, when it writes an output, has a plain-store twin,
+/// which `run` calls for its fresh outputs and `run_into` does not: both give the same bits,
+/// and match the interpreter. Smaller kernels, kernels writing only temporaries, and every
+/// kernel with streaming off have no twin.
 #[test]
 fn streaming_kernels_have_a_plain_store_twin_with_the_same_bits() {
     let n = 768;
@@ -214,6 +215,28 @@ fn streaming_kernels_have_a_plain_store_twin_with_the_same_bits() {
     let small = softmax_program(DType::F32, 9, n);
     let exe = CpuProgram::compile_with(&small, &HashMap::new(), &opts(2)).unwrap();
     assert!(exe.kernels().all(|k| !k.has_plain_twin()));
+    // Two streaming kernels, `t = a * a` into a temporary and `out = t + a`: only the one
+    // writing the output has a twin.
+    let numel = rows * n;
+    let mut p = P::default();
+    let a = p.input("a", DType::F32, numel);
+    let t = p.temp(DType::F32, numel);
+    let o = p.temp(DType::F32, numel);
+    let mut body = Body::default();
+    let x = body.load(DType::F32, a, 0, &[1]);
+    let sq = body.bin(DType::F32, BinaryOp::Mul, x, x);
+    let st = body.store_stage(&[], vec![(t, affine(0, &[1]), sq)]);
+    p.kernel(kernel("k_square", &[a], &[t], &[numel], vec![st]));
+    let mut body = Body::default();
+    let y = body.load(DType::F32, t, 0, &[1]);
+    let x = body.load(DType::F32, a, 0, &[1]);
+    let sum = body.bin(DType::F32, BinaryOp::Add, y, x);
+    let st = body.store_stage(&[], vec![(o, affine(0, &[1]), sum)]);
+    p.kernel(kernel("k_add", &[t, a], &[o], &[numel], vec![st]));
+    p.output("out", o);
+    let exe = CpuProgram::compile_with(&p.build(), &HashMap::new(), &opts(2)).unwrap();
+    let twins: Vec<bool> = exe.kernels().map(|k| k.has_plain_twin()).collect();
+    assert_eq!(twins, [false, true]);
 }
 
 /// Rows shorter than two 16-lane blocks reduce in index order, as `eval_program` does; their

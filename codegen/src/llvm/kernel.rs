@@ -186,21 +186,37 @@ pub fn entry_names(kernels: &[&Kernel]) -> Vec<String> {
 /// Compiles every kernel step of `program` into one module.
 pub fn compile_program(program: &Program, options: &JitOptions) -> Result<CompiledKernels> {
     let kernels: Vec<&Kernel> = program.kernels().collect();
-    compile_program_kernels(&kernels, &program.buffers, options)
+    compile_program_kernels_with_twins(&kernels, &program.buffers, &output_ids(program), options)
+}
+
+/// The buffers `program` returns as outputs.
+pub fn output_ids(program: &Program) -> Vec<BufferId> {
+    program.outputs.iter().map(|(_, b)| *b).collect()
 }
 
 /// Compiles `kernels` (reading and writing `buffers`, indexed by [`BufferId`]) into one module
-/// with one entry point each (see [`entry_names`]).
+/// with one entry point each (see [`entry_names`]), none with a plain-store twin.
 pub fn compile_program_kernels(
     kernels: &[&Kernel],
     buffers: &[BufferDecl],
+    options: &JitOptions,
+) -> Result<CompiledKernels> {
+    compile_program_kernels_with_twins(kernels, buffers, &[], options)
+}
+
+/// [`compile_program_kernels`], and the plain-store twin of every kernel that
+/// [`has_plain_twin`] says has one, given the program's `outputs`.
+pub fn compile_program_kernels_with_twins(
+    kernels: &[&Kernel],
+    buffers: &[BufferDecl],
+    outputs: &[BufferId],
     options: &JitOptions,
 ) -> Result<CompiledKernels> {
     let entries = entry_names(kernels);
     let body = KernelOptions::for_jit(options)?;
     let module = compile("smelt_kernels", options, |ctx, module| {
         for (k, name) in kernels.iter().zip(&entries) {
-            build_with_twin(ctx, module, k, buffers, name, &body)?;
+            build_with_twin(ctx, module, k, buffers, outputs, name, &body)?;
         }
         Ok(())
     })?;
@@ -212,29 +228,40 @@ pub fn plain_twin_name(entry: &str) -> String {
     format!("{entry}.plain")
 }
 
-/// Whether a module compiled under `options` holds, beside `kernel`'s entry point, a twin
-/// with plain stores named by [`plain_twin_name`]: for kernels whose stores stream
-/// ([`JitOptions::nontemporal_min_bytes`]). A streaming store to a line in cache writes the
-/// line back and then writes around it, so into fresh memory, whose pages the OS has just
-/// zeroed through the cache, plain stores are faster; the runtime calls the twin when a kernel
-/// writes outputs it has just allocated (`run`), the streaming entry for the caller's
-/// tensors (`run_into`) and its own temporaries.
-pub fn has_plain_twin(kernel: &Kernel, buffers: &[BufferDecl], options: &JitOptions) -> bool {
-    streams(kernel, buffers, options.nontemporal_min_bytes)
+/// Whether a module compiled under `options` for a program returning `outputs` holds, beside
+/// `kernel`'s entry point, a twin with plain stores named by [`plain_twin_name`]: for kernels
+/// whose stores stream ([`JitOptions::nontemporal_min_bytes`]) and that write an output. A
+/// streaming store to a line in cache writes the line back and then writes around it, so into
+/// fresh memory, whose pages the OS has just zeroed through the cache, plain stores are
+/// faster; the runtime calls the twin when a kernel writes outputs it has just allocated
+/// (`run`), the streaming entry for the caller's tensors (`run_into`). A kernel writing only
+/// the program's own temporaries never needs one.
+pub fn has_plain_twin(
+    kernel: &Kernel,
+    buffers: &[BufferDecl],
+    outputs: &[BufferId],
+    options: &JitOptions,
+) -> bool {
+    streams(kernel, buffers, options.nontemporal_min_bytes) && writes_any(kernel, outputs)
 }
 
-/// [`build_kernel`] of `kernel` as `name`, and of its plain-store twin where it streams (see
+fn writes_any(kernel: &Kernel, outputs: &[BufferId]) -> bool {
+    kernel.writes.iter().any(|w| outputs.contains(w))
+}
+
+/// [`build_kernel`] of `kernel` as `name`, and of its plain-store twin where it has one (see
 /// [`has_plain_twin`]).
 fn build_with_twin<'ctx>(
     ctx: &'ctx Context,
     module: &Module<'ctx>,
     kernel: &Kernel,
     buffers: &[BufferDecl],
+    outputs: &[BufferId],
     name: &str,
     options: &KernelOptions,
 ) -> Result<()> {
     build_kernel(ctx, module, kernel, buffers, name, options)?;
-    if streams(kernel, buffers, options.nontemporal_min_bytes) {
+    if streams(kernel, buffers, options.nontemporal_min_bytes) && writes_any(kernel, outputs) {
         let plain = KernelOptions {
             nontemporal_min_bytes: None,
             ..*options
@@ -252,9 +279,10 @@ pub fn program_listing(program: &Program, options: &JitOptions) -> Result<(Strin
     let kernels: Vec<&Kernel> = program.kernels().collect();
     let entries = entry_names(&kernels);
     let body = KernelOptions::for_jit(options)?;
+    let outputs = output_ids(program);
     assemble("smelt_kernels", options, |ctx, module| {
         for (k, name) in kernels.iter().zip(&entries) {
-            build_with_twin(ctx, module, k, &program.buffers, name, &body)?;
+            build_with_twin(ctx, module, k, &program.buffers, &outputs, name, &body)?;
         }
         Ok(())
     })

@@ -93,8 +93,9 @@ pub struct JitOptions {
     /// A kernel every buffer of which it writes is at least this many bytes stores whole
     /// aligned 64-byte vectors with non-temporal (streaming) stores, which skip the
     /// read-for-ownership of each output cache line. Values are unchanged either way. Such a
-    /// kernel also gets a twin with plain stores (`kernel::has_plain_twin`), which the
-    /// runtime calls to write outputs into memory it has just allocated. `None`: never.
+    /// kernel writing a program output also gets a twin with plain stores
+    /// (`kernel::has_plain_twin`), which the runtime calls to write outputs into memory it has
+    /// just allocated. `None`: never.
     /// Default: `Some(`[`NONTEMPORAL_MIN_BYTES`]`)`; on the 2-core VM it was measured on,
     /// with row kernels prefetching rows ahead, streaming made the large row kernels 13–22%
     /// faster and the elementwise chain 13–20%, and left bias-GELU and permute-add within

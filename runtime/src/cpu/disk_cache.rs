@@ -73,6 +73,10 @@ pub(crate) fn key(
     for b in &program.buffers {
         source.push_str(&format!("buffer {:?} {} {}\n", b.id, b.dtype, b.numel));
     }
+    // Which kernels have plain-store twins depends on which buffers are outputs.
+    for (_, b) in &program.outputs {
+        source.push_str(&format!("output {b:?}\n"));
+    }
     for k in kernels {
         // The derived Debug form is complete and deterministic.
         source.push_str(&format!("{k:?}\n"));
@@ -140,10 +144,14 @@ pub(crate) fn compile_group(
     options: &JitOptions,
     target: &str,
 ) -> crate::cpu::Result<smelt_codegen::llvm::kernel::CompiledKernels> {
-    use smelt_codegen::llvm::kernel::{compile_program_kernels, entry_names, CompiledKernels};
+    use smelt_codegen::llvm::kernel::{
+        compile_program_kernels_with_twins, entry_names, output_ids, CompiledKernels,
+    };
     use smelt_codegen::llvm::JitModule;
+    let outputs = output_ids(program);
+    let compile = || compile_program_kernels_with_twins(group, &program.buffers, &outputs, options);
     let Some(cache) = cache else {
-        return Ok(compile_program_kernels(group, &program.buffers, options)?);
+        return Ok(compile()?);
     };
     let key = key(program, group, options, target);
     if let Some(bytes) = lookup(cache, &key) {
@@ -173,7 +181,7 @@ pub(crate) fn compile_group(
             ),
         }
     }
-    let compiled = compile_program_kernels(group, &program.buffers, options)?;
+    let compiled = compile()?;
     let functions: Vec<&str> = compiled.module.functions().collect();
     cache.insert(&key, &encode(&functions, compiled.module.object()));
     Ok(compiled)

@@ -927,6 +927,7 @@ fn jit(
         return Ok(Vec::new());
     }
     use smelt_codegen::llvm::kernel as kernel_gen;
+    let outputs = kernel_gen::output_ids(program);
     let target = smelt_codegen::llvm::host_target()?.cache_key();
     super::jit_cache::cached(program, kernels, options, &target, || {
         let disk = super::disk_cache::open(disk);
@@ -971,7 +972,7 @@ fn jit(
                     // in the calling convention of `super`, the twin computing the same.
                     unsafe {
                         let kernel = CpuKernel::new(module.clone(), name)?;
-                        if kernel_gen::has_plain_twin(k, &program.buffers, options) {
+                        if kernel_gen::has_plain_twin(k, &program.buffers, &outputs, options) {
                             kernel.with_plain_twin(&kernel_gen::plain_twin_name(name))
                         } else {
                             Ok(kernel)
