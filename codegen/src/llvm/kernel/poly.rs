@@ -16,7 +16,9 @@
 //! Coefficients were fitted in f64 (weighted least squares iterated towards minimax) and
 //! rounded to f32. Multiply-adds are `llvm.fmuladd` (one FMA where the CPU has it). NaN
 //! propagates (the comparisons choosing a branch send NaN down the polynomial that keeps it;
-//! `exp` puts it back explicitly), ±inf give `exp` +inf/0 and `tanh`/`erf` ±1, ±0 keeps its sign.
+//! `exp` limits its argument with `maxps`/`minps` in the order that keeps NaN, and every later
+//! step, `vscalefps` or the generic `2^q`, keeps it too), ±inf give `exp` +inf/0 and
+//! `tanh`/`erf` ±1, ±0 keeps its sign.
 //! The errors in [`MathMode::Polynomial`]'s docs are measured by `codegen/tests/llvm_math.rs`
 //! against f64 math (a sampled sweep in CI, every f32 input in ignored tests).
 
@@ -140,7 +142,19 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(acc)
     }
 
-    /// `e^x` for a non-NaN `|x| ≤ EXP_CLAMP`.
+    /// `x` limited to `[lo, hi]`, NaN kept: `x < lo ? lo : x`, then `> hi ? hi : …`, which
+    /// x86 lowers to one `maxps` and one `minps` with the operand order that returns NaN.
+    fn limit_keeping_nan(&self, x: FloatValue<'ctx>, lo: f32, hi: f32) -> Result<FloatValue<'ctx>> {
+        let b = &self.b;
+        let (lo, hi) = (self.k32(lo), self.k32(hi));
+        let below = b.build_float_compare(FloatPredicate::OLT, x, lo, "lk.lt")?;
+        let x = b.build_select(below, lo, x, "lk.lo")?.into_float_value();
+        let above = b.build_float_compare(FloatPredicate::OGT, x, hi, "lk.gt")?;
+        Ok(b.build_select(above, hi, x, "lk")?.into_float_value())
+    }
+
+    /// `e^x` for `|x| ≤ EXP_CLAMP`, or NaN for NaN (every step keeps it, `scale_pow2`
+    /// included).
     fn exp_in_range(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
         let z = b.build_float_mul(x, self.k32(LOG2E), "pe.z")?;
@@ -154,16 +168,11 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         self.scale_pow2(u, q)
     }
 
-    /// `exp(x)` for an f32 `x` (see the module docs).
+    /// `exp(x)` for an f32 `x` (see the module docs). NaN passes through the limits and every
+    /// step after them as NaN (quieted, its payload kept).
     pub(crate) fn exp_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        let b = &self.b;
-        // NaN becomes -EXP_CLAMP here and is put back below.
-        let xc = self.clamp_to(x, -EXP_CLAMP, true)?;
-        let xc = self.clamp_to(xc, EXP_CLAMP, false)?;
-        let r = self.exp_in_range(xc)?;
-        let nan = b.build_float_compare(FloatPredicate::UNO, x, x, "pe.nan")?;
-        let quiet = b.build_float_add(x, x, "pe.quiet")?;
-        Ok(b.build_select(nan, quiet, r, "exp")?.into_float_value())
+        let xc = self.limit_keeping_nan(x, -EXP_CLAMP, EXP_CLAMP)?;
+        self.exp_in_range(xc)
     }
 
     /// `tanh(x)` for an f32 `x` (see the module docs).

@@ -27,6 +27,7 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::TargetMachine;
 use inkwell::types::FunctionType;
 use inkwell::values::{BasicValueEnum, FloatValue, FunctionValue, IntValue};
+use inkwell::FloatPredicate;
 
 /// The function attribute marking the scalar function and its vector variants, which
 /// [`inline_after_vectorizing`] inlines once the loop vectoriser has run.
@@ -99,7 +100,8 @@ fn pow2i<'ctx>(
 }
 
 /// The generic form: `u·2^q` for an integral f32 `|q| ≤ 150`, as `u·2^(q>>1)·2^(q - q>>1)`
-/// (each factor a normal number).
+/// (each factor a normal number); NaN for a NaN `u` and `q` (`exp` of NaN), as `vscalefps`
+/// gives: a NaN `q` is taken as 0 (converting it to an integer would be poison).
 fn generic<'ctx>(
     ctx: &'ctx Context,
     b: &Builder<'ctx>,
@@ -107,6 +109,9 @@ fn generic<'ctx>(
     q: FloatValue<'ctx>,
 ) -> Result<FloatValue<'ctx>> {
     let i32t = ctx.i32_type();
+    let nan = b.build_float_compare(FloatPredicate::UNO, q, q, "sc.nan")?;
+    let zero = ctx.f32_type().const_zero();
+    let q = b.build_select(nan, zero, q, "sc.q")?.into_float_value();
     let qi = b.build_float_to_signed_int(q, i32t, "sc.qi")?;
     let q1 = b.build_right_shift(qi, i32t.const_int(1, false), true, "sc.q1")?;
     let q2 = b.build_int_sub(qi, q1, "sc.q2")?;
@@ -249,8 +254,8 @@ fn define_scalar<'ctx>(
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
-    /// `u·2^q` for an f32 `u` in `[0.5, 2]` and an integral f32 `|q| ≤ 150` (see the module
-    /// docs).
+    /// `u·2^q` for an f32 `u` in `[0.5, 2]` and an integral f32 `|q| ≤ 150`, or NaN for a NaN
+    /// `u` and `q` (see the module docs).
     pub(crate) fn scale_pow2(
         &self,
         u: FloatValue<'ctx>,
@@ -423,6 +428,11 @@ mod tests {
                 q.push(e as f32);
             }
         }
+        // `exp` of NaN: a NaN `u` and `q`, NaN out.
+        for _ in 0..17 {
+            u.push(f32::NAN);
+            q.push(f32::NAN);
+        }
         while u.len() % 16 != 0 {
             u.push(1.0);
             q.push(0.0);
@@ -432,6 +442,7 @@ mod tests {
             .iter()
             .any(|x| *x != 0.0 && !x.is_normal() && x.is_finite()));
         assert!(want.iter().any(|x| x.is_infinite()) && want.contains(&0.0));
+        assert_eq!(want.iter().filter(|x| x.is_nan()).count(), 17);
         for lanes in [4, 8, 16] {
             let got = run(lanes, &u, &q);
             for i in 0..u.len() {
