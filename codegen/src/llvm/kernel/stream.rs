@@ -24,10 +24,13 @@
 //!    wrong, only sometimes absent. Narrower vectors (the vectoriser's 32-byte epilogue) are
 //!    left plain: half-line streaming stores made a permute kernel 18x slower when measured.
 //!
-//! Streaming is opt-in (`JitOptions::nontemporal_min_bytes`, default `None`): on the VM it
-//! was measured on, it made every fused kernel slower without software prefetch, and with it
-//! (`prefetch.rs`, which puts no write prefetch before a streaming store) some faster and
-//! some slower (BENCHMARKS.md).
+//! Streaming is on by default for kernels writing at least 16 MiB
+//! (`JitOptions::nontemporal_min_bytes`): on the 2-core VM it was measured on, with row kernels
+//! prefetching rows ahead (`prefetch.rs`, which puts no write prefetch before a streaming
+//! store), it made the large row kernels and the elementwise chain 7–20% faster and left the
+//! other large kernels within ±4% (BENCHMARKS.md). Into memory just allocated, whose pages the
+//! OS zeroed through the cache, it is slower: a kernel that streams and writes an output also
+//! has a plain-store twin (`has_plain_twin`), which `run` uses for its fresh outputs.
 //! 4. **Ordering**: streaming stores are weakly ordered, so the entry function ends with
 //!    `sfence` (x86-64) before it returns and the pool reports the chunk done.
 
