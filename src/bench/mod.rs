@@ -107,8 +107,8 @@ pub struct Report {
     /// Whether CPU row kernels prefetch rows ahead (the default, when prefetch is on) or at
     /// `prefetch_bytes` (`--no-row-prefetch`).
     pub row_prefetch: bool,
-    /// CPU kernels whose outputs are all at least this many bytes use streaming stores;
-    /// `None`: none do (the default).
+    /// CPU kernels whose outputs are all at least this many bytes use streaming stores (16 MiB
+    /// by default); `None`: none do (`--no-streaming-stores`).
     pub streaming_stores_min_bytes: Option<u64>,
     /// Whether CPU row kernels compute two rows interleaved (the default) or one at a time
     /// (`--no-interleave-rows`).

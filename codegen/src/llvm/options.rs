@@ -97,9 +97,9 @@ pub struct JitOptions {
     /// (`kernel::has_plain_twin`), which the runtime calls to write outputs into memory it has
     /// just allocated. `None`: never.
     /// Default: `Some(`[`NONTEMPORAL_MIN_BYTES`]`)`; on the 2-core VM it was measured on,
-    /// with row kernels prefetching rows ahead, streaming made the large row kernels 13–22%
-    /// faster and the elementwise chain 13–20%, and left bias-GELU and permute-add within
-    /// ±4% (BENCHMARKS.md). `smelt::Options::no_streaming_stores` turns it off.
+    /// with row kernels prefetching rows ahead, streaming made the large row kernels and the
+    /// elementwise chain 7–22% faster, and left bias-GELU and permute-add within ±4%
+    /// (BENCHMARKS.md). `smelt::Options::no_streaming_stores` turns it off.
     pub nontemporal_min_bytes: Option<u64>,
     /// Kernels' vector loops prefetch each cache line they load or store this many bytes
     /// before they reach it (`kernel/prefetch.rs`), so that memory traffic overlaps the
