@@ -242,11 +242,17 @@ pub fn has_plain_twin(
     outputs: &[BufferId],
     options: &JitOptions,
 ) -> bool {
-    streams(kernel, buffers, options.nontemporal_min_bytes) && writes_any(kernel, outputs)
+    twinned(kernel, buffers, outputs, options.nontemporal_min_bytes)
 }
 
-fn writes_any(kernel: &Kernel, outputs: &[BufferId]) -> bool {
-    kernel.writes.iter().any(|w| outputs.contains(w))
+/// [`has_plain_twin`] under the streaming threshold `min_bytes`.
+fn twinned(
+    kernel: &Kernel,
+    buffers: &[BufferDecl],
+    outputs: &[BufferId],
+    min_bytes: Option<u64>,
+) -> bool {
+    streams(kernel, buffers, min_bytes) && kernel.writes.iter().any(|w| outputs.contains(w))
 }
 
 /// [`build_kernel`] of `kernel` as `name`, and of its plain-store twin where it has one (see
@@ -261,7 +267,7 @@ fn build_with_twin<'ctx>(
     options: &KernelOptions,
 ) -> Result<()> {
     build_kernel(ctx, module, kernel, buffers, name, options)?;
-    if streams(kernel, buffers, options.nontemporal_min_bytes) && writes_any(kernel, outputs) {
+    if twinned(kernel, buffers, outputs, options.nontemporal_min_bytes) {
         let plain = KernelOptions {
             nontemporal_min_bytes: None,
             ..*options
