@@ -12,6 +12,10 @@ use smelt::bench::cases::{self, Size};
 use smelt::{compile_with, Device, Options};
 use std::time::Duration;
 
+/// As in the `smelt` tool: large tensors start on a 64-byte boundary (`smelt::LargeAligned`).
+#[global_allocator]
+static ALLOC: smelt::LargeAligned = smelt::LargeAligned;
+
 fn devices() -> Vec<Device> {
     let mut d = vec![Device::Cpu];
     if Device::Cuda(0).resolve().is_ok() {

@@ -8,6 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+/// Large tensors (inputs read from files, outputs, the benchmark's data) start on a 64-byte
+/// boundary, so that memory-bound kernels stream whole cache lines (see
+/// `smelt_runtime::alloc`).
+#[global_allocator]
+static ALLOC: smelt::LargeAligned = smelt::LargeAligned;
+
 #[derive(Parser)]
 #[command(
     name = "smelt",
