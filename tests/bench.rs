@@ -210,6 +210,15 @@ fn cli_writes_json_and_chart() {
         stdout.contains("software prefetch: 2048 bytes ahead, row kernels two rows ahead"),
         "{stdout}"
     );
+    // The tool's global allocator is `LargeAligned`: large tensors start on cache lines.
+    let align = report["tensor_alignment"].as_u64().unwrap();
+    assert!(align >= 64 && align.is_power_of_two(), "{report}");
+    assert!(
+        stdout.contains(&format!(
+            "tensors of >= 1 MiB start on {align}-byte boundaries\n"
+        )),
+        "{stdout}"
+    );
     assert!(report["machine"]["cpu"].is_string());
     assert!(report["machine"]["threads"].is_u64());
     let stream = &report["stream"];

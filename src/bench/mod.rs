@@ -21,6 +21,7 @@ use crate::{Device, Error, MathMode, Result};
 use cases::Size;
 use run::Budget;
 use serde::Serialize;
+use smelt_ir::{DType, HostTensor};
 use std::time::Duration;
 use stream::{StreamPlan, StreamResult, StreamSize};
 
@@ -116,6 +117,11 @@ pub struct Report {
     /// How many vectors CPU store loops compute per iteration; `None`: as the loop
     /// vectoriser chooses (`--no-interleave-vectors`).
     pub interleave_vectors: Option<u32>,
+    /// The alignment, in bytes, of a large tensor's data in this process
+    /// ([`large_tensor_alignment`]): 64 or more under [`crate::LargeAligned`] (the `smelt`
+    /// tool's allocator), usually 16 under the system allocator, on which memory-bound kernels
+    /// run slower.
+    pub tensor_alignment: usize,
     pub min_time_ms: f64,
     pub min_iters: usize,
     pub stream: Option<StreamReport>,
@@ -123,6 +129,15 @@ pub struct Report {
     pub cases: Vec<run::CaseResult>,
     /// A `--compare` run's figures (`None` otherwise).
     pub comparison: Option<compare::Comparison>,
+}
+
+/// The alignment (a power of two, at most 4096 bytes) at which this process's global
+/// allocator places the data of a large tensor, as the benchmark's inputs and outputs get
+/// theirs: measured on a fresh 4 MiB `HostTensor`.
+pub fn large_tensor_alignment() -> usize {
+    let mut t = HostTensor::zeros(DType::F32, [1usize << 20].as_slice());
+    let addr = t.data_mut_ptr() as usize;
+    1 << addr.trailing_zeros().min(12)
 }
 
 /// What `Report::gpu` says about CUDA device `n` (what could not be read is left out).
@@ -294,6 +309,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         streaming_stores_min_bytes: jit.nontemporal_min_bytes,
         interleave_rows: jit.interleave_rows,
         interleave_vectors: jit.interleave_vectors,
+        tensor_alignment: large_tensor_alignment(),
         min_time_ms: budget.min_time.as_secs_f64() * 1e3,
         min_iters: budget.min_iters,
         stream,

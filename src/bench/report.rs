@@ -51,6 +51,20 @@ pub fn tables(r: &Report) -> String {
             None => "as the vectoriser interleaves".to_string(),
         }
     );
+    let _ = if r.tensor_alignment >= 64 {
+        writeln!(
+            s,
+            "tensors of >= 1 MiB start on {}-byte boundaries",
+            r.tensor_alignment
+        )
+    } else {
+        writeln!(
+            s,
+            "tensors of >= 1 MiB start on {}-byte boundaries: this process's global allocator \
+             is not smelt::LargeAligned, and memory-bound kernels run slower on them",
+            r.tensor_alignment
+        )
+    };
     let _ = match r.streaming_stores_min_bytes {
         Some(n) => writeln!(
             s,
