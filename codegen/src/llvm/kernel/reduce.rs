@@ -305,6 +305,8 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let red = self.reduce_begin(combiner, acc, body, value)?;
         let acc_t = self.float_acc(acc, "staged")?;
         let scratch = self.entry_alloca(acc_t.array_type(n as u32).into(), "staged")?;
+        // Written and read as vectors: on a cache line, so that none of them splits one.
+        set_alignment(scratch, 64)?;
         let i64t = self.ctx.i64_type();
         let depth = self.vars.len();
         let (lo, hi) = (self.i64c(0), self.i64c(n as i64));

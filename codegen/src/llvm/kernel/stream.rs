@@ -13,8 +13,12 @@
 //!    loop) is split in two: a head of at most `64 / element size - 1` iterations, up to the
 //!    first element of that store's buffer at a 64-byte boundary, then the main loop, whose
 //!    entry tells LLVM so (`llvm.assume((ptrtoint p & 63) == 0)`) and which addresses that
-//!    buffer from the aligned pointer, indexed by the main loop's own count from 0. Both run
-//!    the same body, so the values are unchanged.
+//!    buffer from the aligned pointer, indexed by the main loop's own count from 0. The main
+//!    loop runs whole groups of [`TAIL_GROUP`] lines and a tail loop the rest; the head and
+//!    the tail carry [`MASKED_TAIL`] hints, so each runs as masked vectors rather than the
+//!    vectoriser's narrower epilogue and a scalar remainder (which, for rows of a tensor 16
+//!    bytes off a line, cost as much as a third of a row's arithmetic). All three run the same
+//!    body, so the values are unchanged.
 //! 2. **Optimisation** as usual: the vectoriser widens the main loop, and instcombine derives
 //!    that its vector stores are 64-byte aligned from the assumption.
 //! 3. **Marking** ([`mark_streaming_stores`], after optimisation): in such a kernel's entry
@@ -34,7 +38,7 @@
 //! 4. **Ordering**: streaming stores are weakly ordered, so the entry function ends with
 //!    `sfence` (x86-64) before it returns and the pool reports the chunk done.
 
-use super::{declare, Emitter, Hint};
+use super::{declare, Emitter, Hint, MASKED_TAIL};
 use crate::llvm::error::Result;
 use inkwell::attributes::AttributeLoc;
 use inkwell::module::Module;
@@ -52,6 +56,10 @@ pub(crate) const STREAMING_ATTR: &str = "smelt-streaming-stores";
 
 /// The alignment the main loop starts at: one AVX-512 vector, one cache line.
 const ALIGN: u64 = 64;
+
+/// The main loop of a streaming store runs whole groups of this many lines (what one
+/// iteration of a 4-vector AVX-512 loop stores); the rest runs in a masked tail loop.
+const TAIL_GROUP: u64 = 4;
 
 /// Whether `kernel` streams its stores under `min_bytes` (see the module docs): every buffer
 /// it writes is at least that long.
@@ -158,7 +166,8 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             .b
             .build_select(any, mid, hi, "head_end")?
             .into_int_value();
-        self.counted_loop(lo, head_end, &format!("{name}.head"), &mut *f)?;
+        // At most `64 / size - 1` iterations: one masked vector, not a scalar loop.
+        self.counted_loop_hinted(lo, head_end, &format!("{name}.head"), MASKED_TAIL, &mut *f)?;
         // Main part `mid..hi`, entered only when it is not empty (the assumption holds only
         // then; the head ended at `mid`).
         let (pre, exit) = (
@@ -188,13 +197,27 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         // provable (a row kernel's chunk-independent start), `(mid | index) - mid` was not
         // simplified back, and the stores' 64-byte alignment, hence their streaming, was lost.
         let trip = self.b.build_int_nsw_sub(hi, mid, "trip")?;
-        let r = self.store_loop(i64t.const_zero(), trip, name, &mut |e, k| {
+        // The main loop runs whole groups of `TAIL_GROUP` lines; the rest, fewer, runs in a loop
+        // of its own whose vectorised form masks its last vector (instead of the vectoriser's
+        // narrower epilogue and a scalar remainder, as long as the vector part for a row whose
+        // end is not on a group boundary, e.g. a tensor 16 bytes off a line).
+        let group = i64t.const_int(TAIL_GROUP * (ALIGN / size), false);
+        let whole = self.b.build_int_unsigned_div(trip, group, "groups")?;
+        let whole = self.b.build_int_nuw_mul(whole, group, "whole")?;
+        let mut body = |e: &mut Self, k: IntValue<'ctx>| {
             let i = e.b.build_int_nsw_add(mid, k, "ik")?;
             if let Some(a) = e.aligned.as_mut() {
                 a.count = Some((i, k));
             }
             f(e, i)
-        });
+        };
+        let r = self
+            .store_loop(i64t.const_zero(), whole, name, &mut body)
+            .and_then(|()| {
+                self.vars.truncate(depth);
+                let tail = format!("{name}.tail");
+                self.counted_loop_hinted(whole, trip, &tail, MASKED_TAIL, &mut body)
+            });
         self.aligned = outer;
         self.vars.truncate(depth);
         r?;
