@@ -791,8 +791,8 @@ mod with_llvm {
     /// A streaming store loop's head (up to the first 64-byte boundary) and tail (after the
     /// last whole group of four lines) run as masked vectors on AVX-512, not as scalar or
     /// half-width loops: rows of 203 floats have both, at any alignment, in the elementwise
-    /// kernel and in the row kernel of [`streaming_pair`]. (Each has masked stores for its
-    /// head and for its tail; before, neither had any.)
+    /// kernel and in the row kernel of [`streaming_pair`], each with masked stores for both.
+    /// (Before, they were half-width and scalar loops, and this test failed.)
     #[test]
     fn streaming_loops_mask_their_head_and_tail() {
         if !cfg!(target_arch = "x86_64") {

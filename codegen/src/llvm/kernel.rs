@@ -530,8 +530,8 @@ fn keep_scratch<'ctx>(em: &Emitter<'_, 'ctx>, rows: u32) -> Result<(Kept<'ctx>, 
                 let p = em.b.build_alloca(arr, "keep")?;
                 // On a cache line: the kept values are written and read back as whole vectors,
                 // and at the stack's own alignment (16) three in four of those split a line
-                // (measured: softmax 65536 x 768 about 20% slower, varying with the caller's
-                // stack depth).
+                // (measured: softmax 65536 x 768 about 13% slower, how much varying with the
+                // caller's stack depth).
                 if let Some(i) = p.as_instruction_value() {
                     i.set_alignment(KEEP_ALIGN)
                         .map_err(|e| em.err(format!("keep alignment: {e}")))?;

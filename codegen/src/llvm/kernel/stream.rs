@@ -198,9 +198,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         // simplified back, and the stores' 64-byte alignment, hence their streaming, was lost.
         let trip = self.b.build_int_nsw_sub(hi, mid, "trip")?;
         // The main loop runs whole groups of `TAIL_GROUP` lines; the rest, fewer, runs in a loop
-        // of its own whose vectorised form masks its last vector (instead of the vectoriser's
-        // narrower epilogue and a scalar remainder, as long as the vector part for a row whose
-        // end is not on a group boundary, e.g. a tensor 16 bytes off a line).
+        // of its own whose vectorised form masks its last vector, instead of the vectoriser's
+        // narrower epilogue and a scalar remainder (every row of a tensor 16 bytes off a line
+        // ends that way).
         let group = i64t.const_int(TAIL_GROUP * (ALIGN / size), false);
         let whole = self.b.build_int_unsigned_div(trip, group, "groups")?;
         let whole = self.b.build_int_nuw_mul(whole, group, "whole")?;
