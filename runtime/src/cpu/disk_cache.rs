@@ -61,6 +61,25 @@ pub(crate) fn open(setting: &CpuDiskCache) -> Option<KernelCache> {
     cache.dir().is_some().then_some(cache)
 }
 
+/// What the module compiling `kernels` of `program` is compiled from, besides the JIT options
+/// and the host target, as text: the buffers' types, which of them are outputs (which kernels
+/// have plain-store twins depends on it) and the kernels. Both the in-process cache's key
+/// (`jit_cache`) and the disk cache's are made from it.
+pub(crate) fn module_source(program: &Program, kernels: &[&Kernel]) -> String {
+    let mut source = String::new();
+    for b in &program.buffers {
+        source.push_str(&format!("buffer {:?} {} {}\n", b.id, b.dtype, b.numel));
+    }
+    for (_, b) in &program.outputs {
+        source.push_str(&format!("output {b:?}\n"));
+    }
+    for k in kernels {
+        // The derived Debug form is complete and deterministic.
+        source.push_str(&format!("{k:?}\n"));
+    }
+    source
+}
+
 /// The key of the module compiling `kernels` of `program` (see the module docs); `target` is
 /// the host target's cache key text.
 pub(crate) fn key(
@@ -69,21 +88,9 @@ pub(crate) fn key(
     options: &JitOptions,
     target: &str,
 ) -> CacheKey {
-    let mut source = String::new();
-    for b in &program.buffers {
-        source.push_str(&format!("buffer {:?} {} {}\n", b.id, b.dtype, b.numel));
-    }
-    // Which kernels have plain-store twins depends on which buffers are outputs.
-    for (_, b) in &program.outputs {
-        source.push_str(&format!("output {b:?}\n"));
-    }
-    for k in kernels {
-        // The derived Debug form is complete and deterministic.
-        source.push_str(&format!("{k:?}\n"));
-    }
     CacheKey::new(
         CacheTarget::host(target),
-        source.as_bytes(),
+        module_source(program, kernels).as_bytes(),
         &[format!("{options:?}")],
         &format!(
             "llvm-{} codegen-{}",

@@ -81,17 +81,7 @@ fn key(program: &Program, kernels: &[&Kernel], options: &JitOptions, target: &st
     let mut h = Sha256::new();
     h.update(target.as_bytes());
     h.update(format!("{options:?}").as_bytes());
-    for b in &program.buffers {
-        h.update(format!("{:?} {} {}\n", b.id, b.dtype, b.numel).as_bytes());
-    }
-    // Which kernels have plain-store twins depends on which buffers are outputs.
-    for (_, b) in &program.outputs {
-        h.update(format!("output {b:?}\n").as_bytes());
-    }
-    for k in kernels {
-        // The derived Debug form is complete and deterministic.
-        h.update(format!("{k:?}\n").as_bytes());
-    }
+    h.update(super::disk_cache::module_source(program, kernels).as_bytes());
     h.finalize().into()
 }
 
