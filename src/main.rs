@@ -165,6 +165,10 @@ enum Command {
         /// by side per iteration, to measure what interleaving them buys.
         #[arg(long)]
         no_interleave_vectors: bool,
+        /// Tensors of at least 32 MiB without transparent huge pages (by default smelt asks
+        /// the kernel for them), to measure what huge pages buy.
+        #[arg(long)]
+        no_huge_pages: bool,
         /// Instead of fused vs unfused: each case's fused plan as the other flags say (A)
         /// against the same with KNOB flipped (B), called alternately in one process, with
         /// A/B and whether their outputs have the same bits. KNOB: streaming-stores,
@@ -267,8 +271,10 @@ fn main() -> ExitCode {
             no_streaming_stores,
             no_interleave_rows,
             no_interleave_vectors,
+            no_huge_pages,
             compare,
         } => {
+            smelt::set_huge_pages(!no_huge_pages);
             let stream = match (no_stream, stream_bytes) {
                 (true, _) => None,
                 (false, Some(b)) => Some(smelt::bench::stream::StreamSize::Bytes(b)),

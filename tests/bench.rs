@@ -219,6 +219,21 @@ fn cli_writes_json_and_chart() {
         )),
         "{stdout}"
     );
+    // It asks for huge pages for tensors of >= 32 MiB (Linux, where the kernel has them; the
+    // line is left out where the kernel does not say).
+    if std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+        let h = &report["huge_pages"];
+        assert_eq!(h["asked"], true, "{report}");
+        let share = h["share"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&share), "{report}");
+        assert!(
+            stdout.contains(&format!(
+                "huge pages: {:.0}% of a fresh 64 MiB tensor on them",
+                share * 100.0
+            )) && stdout.contains("smelt asks for them"),
+            "{stdout}"
+        );
+    }
     assert!(report["machine"]["cpu"].is_string());
     assert!(report["machine"]["threads"].is_u64());
     let stream = &report["stream"];
@@ -282,8 +297,8 @@ fn cli_writes_json_and_chart() {
     assert!(svg.contains("softmax-65536x768"));
 }
 
-/// `--libm-math`, `--no-prefetch`, `--no-streaming-stores` and `--no-interleave-vectors` are
-/// recorded in the output and the JSON.
+/// `--libm-math`, `--no-prefetch`, `--no-streaming-stores`, `--no-interleave-vectors` and
+/// `--no-huge-pages` are recorded in the output and the JSON.
 #[test]
 fn cli_libm_math_no_prefetch_and_no_streaming_stores_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
@@ -299,6 +314,7 @@ fn cli_libm_math_no_prefetch_and_no_streaming_stores_are_recorded() {
         "--no-streaming-stores",
         "--no-row-prefetch",
         "--no-interleave-vectors",
+        "--no-huge-pages",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -319,6 +335,10 @@ fn cli_libm_math_no_prefetch_and_no_streaming_stores_are_recorded() {
     assert!(report["streaming_stores_min_bytes"].is_null(), "{report}");
     assert!(stdout.contains("streaming stores: off"), "{stdout}");
     assert_eq!(report["row_prefetch"], false);
+    if cfg!(target_os = "linux") {
+        assert_eq!(report["huge_pages"]["asked"], false, "{report}");
+        assert!(stdout.contains("smelt does not ask for them"), "{stdout}");
+    }
     assert_eq!(report["cases"].as_array().unwrap().len(), 1);
 }
 

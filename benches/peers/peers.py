@@ -270,7 +270,8 @@ def main():
         torch.set_num_threads(a.threads)
     print(
         f"torch {torch.__version__} on {device}, {torch.get_num_threads()} threads, "
-        f"{'quick' if a.quick else 'full'} shapes",
+        f"{'quick' if a.quick else 'full'} shapes, THP_MEM_ALLOC_ENABLE="
+        f"{os.environ.get('THP_MEM_ALLOC_ENABLE', '(unset)')}",
         file=sys.stderr,
     )
     names = select(a.case)
@@ -291,6 +292,9 @@ def main():
                     "cpu_count": os.cpu_count(),
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "command": " ".join(sys.argv),
+                    # PyTorch's CPU allocator asks for transparent huge pages only when this
+                    # is "1" (smelt's `LargeAligned` always does, unless turned off).
+                    "thp_mem_alloc_enable": os.environ.get("THP_MEM_ALLOC_ENABLE"),
                     "quick": a.quick,
                     "cases": results,
                 },

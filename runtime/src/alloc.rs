@@ -32,8 +32,18 @@
 //! Which way a block went is a function of its `Layout` alone, so `dealloc` and `realloc`
 //! find it again. On targets without `mmap` (not Unix) the mapped range uses the system
 //! allocator too, with the same alignment.
+//!
+//! On Linux each mapping also asks for transparent huge pages (`madvise(MADV_HUGEPAGE)`;
+//! [`set_huge_pages`] turns that off): with 4 KiB pages a kernel streaming through a tensor
+//! misses the TLB every 4 KiB. On the development VM (THP mode `madvise`, so nothing gets huge
+//! pages unasked) the large fused cases ran 8–25% faster on them, the copy-bandwidth reference
+//! 10% (BENCHMARKS.md). The kernel grants the advice where it finds free 2 MiB pages (with
+//! the default `defrag` setting it compacts memory for them on a page fault); a mapping that
+//! does not start on a 2 MiB boundary keeps its first and last partial 2 MiB on small pages.
+//! [`mapping_of`] reads back what a mapping got.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Requests of at least this many bytes are aligned to [`ALIGN`] (1 MiB).
 pub const LARGE: usize = 1 << 20;
@@ -48,6 +58,29 @@ pub const ALIGN: usize = 64;
 /// The largest alignment a request may ask for and still be treated here (larger ones go to
 /// the system allocator as they are). A mapping is aligned to the page, at least this.
 const PAGE: usize = 4096;
+
+/// Whether new mappings ask for transparent huge pages ([`set_huge_pages`]).
+static HUGE_PAGES: AtomicBool = AtomicBool::new(true);
+
+/// Whether blocks mapped from now on (at least [`MAPPED`] bytes) ask the kernel for
+/// transparent huge pages (`madvise(MADV_HUGEPAGE)`, Linux; the default), and so do the
+/// fresh outputs of `run` (`cpu::pages`, ≥ 4 MiB, with any global allocator). Blocks already
+/// mapped keep what they were given. For measuring what huge pages buy (`smelt bench
+/// --no-huge-pages`), or for a program that must never wait on the kernel compacting memory
+/// to find a huge page.
+pub fn set_huge_pages(on: bool) {
+    HUGE_PAGES.store(on, Ordering::Relaxed);
+}
+
+/// Whether blocks mapped from now on ask for transparent huge pages ([`set_huge_pages`]).
+pub fn huge_pages() -> bool {
+    HUGE_PAGES.load(Ordering::Relaxed)
+}
+
+/// Held by the unit tests that flip [`set_huge_pages`], which is process-wide, so that they
+/// do not see each other's setting.
+#[cfg(test)]
+pub(crate) static HUGE_PAGES_TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A global allocator aligning large blocks to 64 bytes (see the module docs).
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,10 +125,29 @@ fn map(size: usize) -> *mut u8 {
         )
     };
     if p == libc::MAP_FAILED {
-        std::ptr::null_mut()
-    } else {
-        p.cast()
+        return std::ptr::null_mut();
     }
+    advise_huge_pages(p.cast(), size);
+    p.cast()
+}
+
+/// Asks the kernel to back the `len` bytes at `start` (page-aligned, inside one allocation)
+/// with transparent huge pages, unless [`set_huge_pages`] turned that off: the advice of
+/// every mapping here and of the fresh outputs of `run` (`cpu::pages`). Linux only; a no-op
+/// elsewhere.
+pub(crate) fn advise_huge_pages(start: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    if huge_pages() {
+        // SAFETY: the caller's range lies inside one allocation; MADV_HUGEPAGE is advice about
+        // how to back it, it neither unmaps nor changes its contents. A kernel without
+        // transparent huge pages refuses it (EINVAL), which leaves the range as it was:
+        // ignored.
+        unsafe {
+            libc::madvise(start.cast(), len, libc::MADV_HUGEPAGE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, len);
 }
 
 #[cfg(unix)]
@@ -115,6 +167,52 @@ fn map(_size: usize) -> *mut u8 {
 
 #[cfg(not(unix))]
 fn unmap(_p: *mut u8, _size: usize) {}
+
+/// What the kernel says about the mapping holding an address (Linux, `/proc/self/smaps`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// The mapping's bytes (the kernel may have merged neighbouring mappings into it).
+    pub size: u64,
+    /// Resident bytes on transparent huge pages (`AnonHugePages`).
+    pub huge_page_bytes: u64,
+    /// Whether it was advised to use huge pages (`hg` in `VmFlags`).
+    pub huge_page_advice: bool,
+}
+
+/// The mapping holding `addr`, as `/proc/self/smaps` describes it; `None` where that file
+/// cannot be read (not Linux) or lists no mapping holding it.
+pub fn mapping_of(addr: *const u8) -> Option<Mapping> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let addr = addr as u64;
+    let mut found: Option<Mapping> = None;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        // A mapping's first line: `start-end perms offset dev inode [path]`, in hex.
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                if found.is_some() {
+                    break;
+                }
+                if (a..b).contains(&addr) {
+                    found = Some(Mapping {
+                        size: b - a,
+                        huge_page_bytes: 0,
+                        huge_page_advice: false,
+                    });
+                }
+                continue;
+            }
+        }
+        let Some(m) = found.as_mut() else { continue };
+        if let Some(kb) = line.strip_prefix("AnonHugePages:") {
+            let kb = kb.trim().trim_end_matches("kB").trim();
+            m.huge_page_bytes = kb.parse::<u64>().ok()? * 1024;
+        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+            m.huge_page_advice = flags.split_whitespace().any(|f| f == "hg");
+        }
+    }
+    found
+}
 
 // SAFETY: every block is allocated and freed by the same route, chosen by `kind` from its
 // layout alone (the `GlobalAlloc` contract passes `dealloc` and `realloc` the layout the block
@@ -195,6 +293,48 @@ mod tests {
 
     fn layout(size: usize, align: usize) -> Layout {
         Layout::from_size_align(size, align).unwrap()
+    }
+
+    /// A mapped block asks for huge pages while that is on (the default) and not after
+    /// `set_huge_pages(false)`, when it then gets none (if the kernel gives them only where
+    /// asked). Whether the kernel grants the advice depends on free memory: not checked.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn mapped_blocks_ask_for_huge_pages_unless_turned_off() {
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        let Ok(mode) = thp else {
+            eprintln!("skipped: this kernel has no transparent huge pages");
+            return;
+        };
+        if mode.contains("[never]") {
+            eprintln!("skipped: transparent huge pages are off");
+            return;
+        }
+        let _flag = HUGE_PAGES_TEST_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let a = LargeAligned;
+        let l = layout(2 * MAPPED, 4);
+        for on in [true, false] {
+            set_huge_pages(on);
+            // SAFETY: a non-zero layout; the block is written within its size, then freed once
+            // with the same layout.
+            unsafe {
+                let p = a.alloc(l);
+                assert!(!p.is_null());
+                for i in (0..l.size()).step_by(4096) {
+                    *p.add(i) = 1;
+                }
+                let m = mapping_of(p).expect("its mapping is listed");
+                assert!(m.size >= l.size() as u64, "{m:?}");
+                assert_eq!(m.huge_page_advice, on, "{m:?}");
+                if !on && mode.contains("[madvise]") {
+                    assert_eq!(m.huge_page_bytes, 0, "{m:?}");
+                }
+                a.dealloc(p, l);
+            }
+        }
+        set_huge_pages(true);
     }
 
     #[test]

@@ -65,6 +65,19 @@ pub fn tables(r: &Report) -> String {
             r.tensor_alignment
         )
     };
+    if let Some(h) = &r.huge_pages {
+        let _ = writeln!(
+            s,
+            "huge pages: {:.0}% of a fresh 64 MiB tensor on them (transparent huge pages: {}; {})",
+            h.share * 100.0,
+            h.mode.as_deref().unwrap_or("mode unknown"),
+            if h.asked {
+                "smelt asks for them"
+            } else {
+                "smelt does not ask for them"
+            }
+        );
+    }
     let _ = match r.streaming_stores_min_bytes {
         Some(n) => writeln!(
             s,
