@@ -5,7 +5,7 @@
 #[cfg(feature = "llvm")]
 mod with_llvm {
     use smelt_codegen::llvm::kernel::{
-        compile_program_kernels, kernel_extent, optimized_kernel_ir, CompiledKernels,
+        compile_program_kernels, kernel_extent, optimized_kernel_ir, reduce_group, CompiledKernels,
     };
     use smelt_codegen::llvm::{CpuTarget, JitOptions, MathMode};
     use smelt_ir::{BinaryOp, DType, NodeId, Scalar, UnaryOp};
@@ -1321,6 +1321,23 @@ mod with_llvm {
                     assert!(n1 > 0 && n4 > n1, "{what}: {n4} vector `{op}` against {n1}");
                 }
                 same_bits_at_every_chunking(&program, k, &four, &one, &what);
+            }
+        }
+    }
+
+    /// Split reductions group their blocks in row kernels whose data fits in cache (3 rows of
+    /// 768) and run them one at a time in larger ones (2048 rows of 768: 6 MiB and more), where
+    /// grouping measured slower; without an interleave count, one at a time everywhere.
+    #[test]
+    fn split_blocks_are_grouped_only_in_cache() {
+        for (name, build) in row_builds() {
+            for (rows, want) in [(3, 4), (2048, 1)] {
+                let program = row_program(build, rows, 768);
+                let ks: Vec<&Kernel> = program.kernels().collect();
+                assert_eq!(ks.len(), 1, "{name}: one fused kernel");
+                let got = reduce_group(Some(4), ks[0], &program.buffers);
+                assert_eq!(got, want, "{name} {rows}x768");
+                assert_eq!(reduce_group(None, ks[0], &program.buffers), 1);
             }
         }
     }

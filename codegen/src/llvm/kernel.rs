@@ -83,7 +83,7 @@ use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::module::{Linkage, Module};
 use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionType, IntType};
-use inkwell::values::{BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue};
+use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 use smelt_ir::DType;
 use smelt_passes::kernel::{
@@ -491,6 +491,7 @@ pub fn build_kernel<'ctx>(
         aligned: None,
         interleave: options.interleave_rows && interleave::interleaves(kernel, buffers),
         interleave_vectors: options.interleave_vectors,
+        reduce_group: reduce_group(options.interleave_vectors, kernel, buffers),
     };
     // Per-element scratch of values kept across stages (see `reuse`), in the entry block:
     // one row's, or two rows' when they are interleaved.
@@ -502,7 +503,29 @@ pub fn build_kernel<'ctx>(
     Ok(())
 }
 
-/// The alignment of the kept values' scratch arrays: a cache line (an AVX-512 vector).
+/// How many 16-lane blocks a split reduction of `kernel` computes side by side: the interleave
+/// count (`JitOptions::interleave_vectors`) for a kernel whose data fits in cache (at most
+/// `interleave::INTERLEAVE_MAX_BYTES`), one for larger ones. Out of cache the grouped form
+/// measured slower: softmax over 65536 x 768 4–5% (alternating and called alone, three rounds
+/// each; BENCHMARKS.md), layer_norm over 65536 x 768 unchanged; in cache it is faster (the
+/// sixteenth and seventeenth sessions' figures). Same bits either way (see `reduce`).
+pub fn reduce_group(
+    interleave_vectors: Option<u32>,
+    kernel: &Kernel,
+    buffers: &[BufferDecl],
+) -> u32 {
+    match interleave_vectors {
+        Some(n)
+            if interleave::kernel_bytes(kernel, buffers) <= interleave::INTERLEAVE_MAX_BYTES =>
+        {
+            n.max(1)
+        }
+        _ => 1,
+    }
+}
+
+/// The alignment of scratch arrays written and read back as whole vectors (the kept values'
+/// here, a staged reduction's in `reduce`): a cache line (an AVX-512 vector).
 const KEEP_ALIGN: u32 = 64;
 
 /// Values kept across stages (see `reuse`): value → its scratch array.
@@ -532,10 +555,7 @@ fn keep_scratch<'ctx>(em: &Emitter<'_, 'ctx>, rows: u32) -> Result<(Kept<'ctx>, 
                 // and at the stack's own alignment (16) three in four of those split a line
                 // (measured: softmax 65536 x 768 about 13% slower, how much varying with the
                 // caller's stack depth).
-                if let Some(i) = p.as_instruction_value() {
-                    i.set_alignment(KEEP_ALIGN)
-                        .map_err(|e| em.err(format!("keep alignment: {e}")))?;
-                }
+                reduce::set_alignment(p, KEEP_ALIGN)?;
                 scratch.insert(kept.from, p);
                 p
             }
@@ -619,6 +639,8 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub interleave: bool,
     /// The interleave count asked of the loop vectoriser for store loops, if any.
     pub interleave_vectors: Option<u32>,
+    /// How many blocks a split reduction computes side by side ([`reduce_group`]).
+    pub reduce_group: u32,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {

@@ -10,7 +10,8 @@
 //! (each lane in increasing `i`), the lanes are combined by a fixed halving tree (lane `l` with
 //! lane `l + h` for `h = LANES/2, …, 1`), then the last `n % LANES` elements are combined into
 //! the result in order. The blocks of 16 elements may be computed several at a time
-//! ([`Split::group`], `JitOptions::interleave_vectors` on the CPU): their vectors are still
+//! ([`Split::group`], `JitOptions::interleave_vectors` on the CPU, for kernels whose data fits
+//! in cache): their vectors are still
 //! combined into the lanes one block after another, in block order, so the order is the same.
 //! Every other reduction runs sequentially in index order. Either order
 //! depends only on the stage's shape, never on the chunking or the target, so results stay
@@ -306,7 +307,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let acc_t = self.float_acc(acc, "staged")?;
         let scratch = self.entry_alloca(acc_t.array_type(n as u32).into(), "staged")?;
         // Written and read as vectors: on a cache line, so that none of them splits one.
-        set_alignment(scratch, 64)?;
+        set_alignment(scratch, super::KEEP_ALIGN)?;
         let i64t = self.ctx.i64_type();
         let depth = self.vars.len();
         let (lo, hi) = (self.i64c(0), self.i64c(n as i64));
@@ -396,7 +397,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let acc_t = self.float_acc(acc, "split")?;
         let vec_t = acc_t.vec_type(LANES as u32);
         let align = (LANES * acc.size_bytes()) as u32;
-        let group = i64::from(self.interleave_vectors.unwrap_or(1).max(1));
+        let group = i64::from(self.reduce_group.max(1));
         let scratch_len = group as u32 * LANES as u32;
         let scratch = self.entry_alloca(acc_t.array_type(scratch_len).into(), "lanes")?;
         set_alignment(scratch, align)?;
@@ -643,8 +644,8 @@ fn better_than(combiner: Combiner) -> FloatPredicate {
     }
 }
 
-/// Sets the alignment of an alloca or a load.
-fn set_alignment<'ctx>(v: impl BasicValue<'ctx>, align: u32) -> Result<()> {
+/// Sets the alignment of an alloca or a load (also the kept values' arrays, `keep_scratch`).
+pub(super) fn set_alignment<'ctx>(v: impl BasicValue<'ctx>, align: u32) -> Result<()> {
     if let Some(i) = v.as_instruction_value() {
         i.set_alignment(align)
             .map_err(|e| crate::llvm::error::LlvmError::Build {
@@ -663,8 +664,8 @@ struct Split<'b, 'ctx> {
     /// Whole blocks of `LANES` elements.
     blocks: i64,
     /// Blocks computed side by side in each iteration of the block loop (the rest one at a
-    /// time): [`JitOptions::interleave_vectors`](crate::llvm::JitOptions::interleave_vectors),
-    /// or 1.
+    /// time): [`JitOptions::interleave_vectors`](crate::llvm::JitOptions::interleave_vectors)
+    /// for a kernel whose data fits in cache, else 1 (`kernel::reduce_group`).
     group: i64,
     /// Loop variables outside the reduced dim.
     depth: usize,
