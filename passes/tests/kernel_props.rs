@@ -17,7 +17,10 @@
 //! dtype in the graph, K the longest reduction or inner product in the graph), unless a discontinuous op (comparison,
 //! floor/ceil, cast to an integer or bool, floor_div, remainder, arg reductions, a `where`
 //! condition, gather indices) lies between the reduction and the output, where any value
-//! is accepted.
+//! is accepted. The same holds after a float `Prod` one of whose products may pass through an
+//! f32 subnormal in some order (`underflowing_products`): there the f32 accumulator keeps
+//! fewer bits than the relative bound assumes, unboundedly fewer (`2^-100·2^-100·2^100·2^100`
+//! is 1 in f64 and 0 in f32), so the bound is no oracle for it.
 
 mod kernel_common;
 
@@ -61,8 +64,9 @@ fn run(
         .map_err(|e| TestCaseError::fail(format!("eval (fuse {fuse}): {e}\n{program}")))
 }
 
-/// Per node: (fed by a float reduction or matmul, and a discontinuous op lies after one).
-fn taint(graph: &Graph) -> (Vec<bool>, Vec<bool>) {
+/// Per node: (fed by a float reduction or matmul, and a discontinuous op or one of the
+/// `unbounded` nodes lies after one).
+fn taint(graph: &Graph, unbounded: &[bool]) -> (Vec<bool>, Vec<bool>) {
     let n = graph.len();
     let (mut tainted, mut opaque) = (vec![false; n], vec![false; n]);
     for id in graph.ids() {
@@ -93,9 +97,58 @@ fn taint(graph: &Graph) -> (Vec<bool>, Vec<bool>) {
             _ => false,
         };
         tainted[id.index()] = any_t || float_acc;
-        opaque[id.index()] = any_o || (any_t && discontinuous);
+        opaque[id.index()] = any_o || (any_t && discontinuous) || unbounded[id.index()];
     }
     (tainted, opaque)
+}
+
+/// Per node: a `Prod` over floats narrower than f64 (accumulated in f32 by default) that has
+/// a group of factors, none zero or non-finite, whose product may fall below f32's smallest
+/// normal (2^-126) in some order: the product of all its factors of magnitude below 1 does.
+/// (Overflow is left alone: it gives an infinity or NaN, which the comparison skips.)
+fn underflowing_products(graph: &Graph, values: &[HostTensor]) -> Vec<bool> {
+    let mut out = vec![false; graph.len()];
+    for id in graph.ids() {
+        let Op::Reduce {
+            op: smelt_ir::ReduceOp::Prod,
+            input,
+            axes,
+            ..
+        } = &graph.node(id).op
+        else {
+            continue;
+        };
+        let dtype = graph.ty(*input).dtype;
+        if !dtype.is_float() || dtype == DType::F64 {
+            continue;
+        }
+        let dims = graph.ty(*input).shape.dims();
+        let x = &values[input.index()];
+        // Per group (the element's index with the reduced axes dropped): log2 of the product
+        // of its factors below 1 in magnitude, or None once a zero or non-finite is seen.
+        let mut groups: HashMap<usize, Option<f64>> = HashMap::new();
+        for i in 0..x.numel() {
+            let (mut rest, mut group) = (i, 0);
+            let mut stride = 1;
+            for (axis, &d) in dims.iter().enumerate().rev() {
+                let c = rest % d;
+                rest /= d;
+                if !axes.contains(&axis) {
+                    group += c * stride;
+                    stride *= d;
+                }
+            }
+            let v = x.data().get_f64(i).abs();
+            let log = groups.entry(group).or_insert(Some(0.0));
+            *log = match *log {
+                Some(_) if v == 0.0 || !v.is_finite() => None,
+                Some(l) if v < 1.0 => Some(l + v.log2()),
+                other => other,
+            };
+        }
+        out[id.index()] = groups.values().any(|l| l.is_some_and(|l| l < -126.0));
+    }
+    out
 }
 
 fn reduction_length(graph: &Graph) -> f64 {
@@ -139,42 +192,108 @@ proptest! {
 
     #[test]
     fn default_accumulators_stay_close((graph, bindings) in arb_case()) {
-        let Ok(want) = interp::eval(&graph, &bindings) else { return Ok(()) };
-        let (tainted, opaque) = taint(&graph);
-        let k = reduction_length(&graph);
-        // Precision is lost in the coarsest float dtype the graph computes in.
-        let coarsest = graph
-            .nodes()
-            .iter()
-            .filter(|n| n.ty.dtype.is_float())
-            .map(|n| eps(n.ty.dtype))
-            .fold(0.0, f64::max);
-        for fuse in [true, false] {
-            let got = run(&graph, &bindings, fuse, &LowerOptions::default())?;
-            for (((name, w), (_, g)), (_, id)) in want.iter().zip(&got).zip(graph.outputs()) {
-                let one_w = [(name.clone(), w.clone())];
-                let one_g = [(name.clone(), g.clone())];
-                if !tainted[id.index()] {
-                    compare(&one_w, &one_g, elementwise_tol)
-                        .map_err(|e| TestCaseError::fail(format!("fuse {fuse}: {e}")))?;
-                    continue;
-                }
-                prop_assert_eq!(w.dtype(), g.dtype());
-                prop_assert_eq!(w.numel(), g.numel());
-                if opaque[id.index()] || !w.dtype().is_float() {
-                    continue;
-                }
-                let tol = 16.0 * coarsest * k;
-                for i in 0..w.numel() {
-                    let (x, y) = (w.data().get_f64(i), g.data().get_f64(i));
-                    if x.is_finite() && y.is_finite() {
-                        prop_assert!(
-                            (x - y).abs() <= tol * (1.0 + x.abs()),
-                            "fuse {}: output {:?}[{}]: got {}, want {} (tol {})", fuse, name, i, y, x, tol
-                        );
-                    }
+        check_default_accumulators(&graph, &bindings)?;
+    }
+}
+
+/// `default_accumulators_stay_close` for one graph (see the module doc).
+fn check_default_accumulators(
+    graph: &Graph,
+    bindings: &HashMap<String, HostTensor>,
+) -> Result<(), TestCaseError> {
+    let Ok(values) = interp::eval_nodes(graph, bindings) else {
+        return Ok(());
+    };
+    let want: Vec<(String, HostTensor)> = graph
+        .outputs()
+        .iter()
+        .map(|(name, id)| (name.clone(), values[id.index()].clone()))
+        .collect();
+    let (tainted, opaque) = taint(graph, &underflowing_products(graph, &values));
+    let k = reduction_length(graph);
+    // Precision is lost in the coarsest float dtype the graph computes in.
+    let coarsest = graph
+        .nodes()
+        .iter()
+        .filter(|n| n.ty.dtype.is_float())
+        .map(|n| eps(n.ty.dtype))
+        .fold(0.0, f64::max);
+    for fuse in [true, false] {
+        let got = run(graph, bindings, fuse, &LowerOptions::default())?;
+        for (((name, w), (_, g)), (_, id)) in want.iter().zip(&got).zip(graph.outputs()) {
+            let one_w = [(name.clone(), w.clone())];
+            let one_g = [(name.clone(), g.clone())];
+            if !tainted[id.index()] {
+                compare(&one_w, &one_g, elementwise_tol)
+                    .map_err(|e| TestCaseError::fail(format!("fuse {fuse}: {e}")))?;
+                continue;
+            }
+            prop_assert_eq!(w.dtype(), g.dtype());
+            prop_assert_eq!(w.numel(), g.numel());
+            if opaque[id.index()] || !w.dtype().is_float() {
+                continue;
+            }
+            let tol = 16.0 * coarsest * k;
+            for i in 0..w.numel() {
+                let (x, y) = (w.data().get_f64(i), g.data().get_f64(i));
+                if x.is_finite() && y.is_finite() {
+                    prop_assert!(
+                        (x - y).abs() <= tol * (1.0 + x.abs()),
+                        "fuse {}: output {:?}[{}]: got {}, want {} (tol {})",
+                        fuse,
+                        name,
+                        i,
+                        y,
+                        x,
+                        tol
+                    );
                 }
             }
         }
     }
+    Ok(())
+}
+
+/// `x: f32[2, 4]`, `y = prod(x, axis 1)`, as the only output.
+fn prod_rows(rows: [[f32; 4]; 2]) -> (Graph, HashMap<String, HostTensor>) {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [2, 4]).unwrap();
+    let y = g.reduce(smelt_ir::ReduceOp::Prod, x, &[1], false).unwrap();
+    g.set_output("y", y).unwrap();
+    let t = HostTensor::from_f32([2, 4], rows.concat()).unwrap();
+    (g, HashMap::from([("x".to_string(), t)]))
+}
+
+/// A row whose small factors multiply to below 2^-126 marks the `Prod`; rows whose do not
+/// (about 2^-101 at most), or that hold a zero, do not.
+#[test]
+fn products_that_may_underflow_are_found() {
+    let flagged = |rows| {
+        let (g, b) = prod_rows(rows);
+        let values = interp::eval_nodes(&g, &b).unwrap();
+        underflowing_products(&g, &values)[1]
+    };
+    assert!(flagged([[1.0; 4], [1e-30, 1e-30, 1e30, 1e30]]));
+    assert!(flagged([[1e-45, 2.0, 2.0, 2.0], [1.0; 4]]));
+    assert!(!flagged([[0.5, 2.0, 1e-30, 1e30], [7.0, -3.0, 0.25, 1.0]]));
+    assert!(!flagged([[1e-30, 1e-30, 0.0, 1e30], [1.0; 4]]));
+}
+
+/// The case the exception is for: in index order the f32 product of the second row passes
+/// through 2^-200, which is 0 in f32, where f64 gives exactly 1. The relative bound cannot
+/// hold for it (checked here), and the property accepts it because the `Prod` is marked.
+#[test]
+fn an_underflowing_product_is_outside_the_bound_and_accepted() {
+    let (lo, hi) = (2f32.powi(-100), 2f32.powi(100));
+    let (g, b) = prod_rows([[2.0, 3.0, 0.5, 4.0], [lo, lo, hi, hi]]);
+    let want = interp::eval(&g, &b).unwrap();
+    let got = run(&g, &b, true, &LowerOptions::default()).unwrap();
+    let (w, y) = (want[0].1.data().get_f64(1), got[0].1.data().get_f64(1));
+    assert_eq!(w, 1.0);
+    assert!(
+        (w - y).abs() > 16.0 * eps(DType::F32) * 4.0 * 2.0,
+        "f32 gives {y}"
+    );
+    assert_eq!(got[0].1.data().get_f64(0), 12.0);
+    check_default_accumulators(&g, &b).unwrap();
 }
