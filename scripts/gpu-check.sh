@@ -17,6 +17,7 @@
 #   nvidia-smi  the GPU, driver and memory (a machine without nvidia-smi goes on)
 #   cuda_exec   the launch-path tests with SMELT_REQUIRE_GPU=1 (a skip is a failure)
 #   smelt_bench `smelt bench --device cuda` (full shapes, short series; bench.json, bench.svg)
+#   kernel_variants  scripts/probes/kernel-variants.py (best effort, at most 60 s)
 #   peers       benches/peers/peers.py (PyTorch eager, then torch.compile) when torch is
 #               installed, in PyTorch's own environment, within what is left of the budget
 #               (at most 150 s; peers.json keeps what was measured); best effort
@@ -257,6 +258,14 @@ if timeout 10 "$bin/smelt" --help 2>/dev/null | grep -qw bench; then
     --json "$results/bench.json" --chart "$results/bench.svg"
 else
   say "$(printf '%-14s SKIPPED (this smelt has no bench subcommand)' smelt_bench)"
+fi
+# Variants of the chain and permute-add kernels, issue 6's two H200 misses (registers,
+# resident blocks and event times beside a device copy: scripts/probes/kernel-variants.py).
+# Best effort: its failure does not fail the check.
+if command -v python3 >/dev/null; then
+  keep_failed=$failed
+  step kernel_variants 60 python3 scripts/probes/kernel-variants.py --smelt "$bin/smelt"
+  failed=$keep_failed
 fi
 # PyTorch eager and torch.compile on the same cases, when the machine has PyTorch (best
 # effort: a missing torch, a failed compile or a timeout does not fail the check; peers.py

@@ -55,6 +55,9 @@ if [ "${SMELT_SKIP_FAKE_CUDA:-0}" != 1 ] && [ "$SMELT_REQUIRE_CXX" = 1 ]; then
     export SMELT_FUZZ_CASES="${SMELT_FAKE_CUDA_FUZZ_CASES:-48}"
     cargo test -p smelt-runtime --all-features --test cuda_exec "$@"
     cargo test --all-features --test integration demo_and_bench_run_on_a_cuda_device "$@"
+    # The GPU probe of issue 6 (scripts/probes/kernel-variants.py) at 1/64 of its sizes: its
+    # text edits still match the generated CUDA C and its variants give the right outputs.
+    python3 scripts/probes/kernel-variants.py --smelt target/debug/smelt --scale 64 --iters 2
   ) 2>&1 | tee -a "$log"
 fi
 # One closing line for the whole suite, summed over every test binary.
