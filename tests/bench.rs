@@ -238,8 +238,22 @@ fn cli_writes_json_and_chart() {
     assert!(report["machine"]["threads"].is_u64());
     let stream = &report["stream"];
     for key in ["before", "after"] {
-        assert!(stream[key]["gbps"].is_f64(), "{key}: {stream}");
+        let m = &stream[key];
+        assert!(m["gbps"].is_f64(), "{key}: {stream}");
+        // The reference is the faster of memcpy and (x86-64) the streaming-store copy.
+        let memcpy = m["memcpy_gbps"].as_f64().unwrap();
+        let streaming = m["streaming_gbps"].as_f64();
+        assert_eq!(
+            streaming.is_some(),
+            cfg!(target_arch = "x86_64"),
+            "{key}: {stream}"
+        );
+        assert_eq!(
+            m["gbps"].as_f64(),
+            Some(memcpy.max(streaming.unwrap_or(0.0)))
+        );
     }
+    assert!(stdout.contains("copy by memcpy"), "{stdout}");
     assert!(stream["flagged"].is_boolean() && stream["change"].is_f64());
     assert_eq!(stream["plan"]["array_bytes"], 1048576);
     assert!(stream["plan"]["threads"].is_u64());

@@ -100,6 +100,17 @@ pub fn tables(r: &Report) -> String {
                 st.change * 100.0,
                 st.reference_gbps
             );
+            if let (Some(m0), Some(m1)) = (st.before.memcpy_gbps, st.after.memcpy_gbps) {
+                let streaming = match (st.before.streaming_gbps, st.after.streaming_gbps) {
+                    (Some(s0), Some(s1)) => format!(", streaming stores {s0:.2} / {s1:.2}"),
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    s,
+                    "  copy by memcpy {m0:.2} / {m1:.2} GB/s{streaming} (before / after): the \
+                     reference is the faster"
+                );
+            }
             if let Some(note) = &st.plan.note {
                 let _ = writeln!(s, "  note: {note}");
             }
