@@ -9,7 +9,8 @@
 //!   `vscalefps` on AVX-512, with the same bits (see `scalef`).
 //! - `tanh(x)`: `|x| < 0.75`: `x + x³·P(x²)` (P of degree 5, fitted for relative error);
 //!   above: `1 - 2/(e^(2|x|) + 1)` with `|x|` clamped to 9.1 (where `tanh` rounds to 1),
-//!   `e^(2|x|)` with `2|x|` folded into the constants and the polynomial as `s + s²·P(s)`;
+//!   `e^(2|x|)` with `2|x|` folded into the constants, `ln2` in one part (`q ≤ 27`) and the
+//!   polynomial as `s + s²·P(s)`;
 //!   sign restored with `copysign`.
 //! - `erf(x)`: `|x| < 0.875`: `x + x·P(x²)` (P of degree 6); above: `1 - e^Q(|x|)` where `Q`
 //!   (degree 8) fits `ln erfc` on `[0.875, 3.9375]`, `|x|` clamped to 3.9375 (where `erf`
@@ -36,6 +37,8 @@ const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// `ln 2 = L2U + L2L`; `L2U` has few enough bits that `q·L2U` is exact for `|q| ≤ 150`.
 const L2U: f32 = f32::from_bits(0x3f31_7200); // 0.693145751953125
 const L2L: f32 = f32::from_bits(0x35bf_be8e); // 1.4286068e-6
+/// `ln 2` rounded to f32 (0.6931472), for reductions with a small `q` (`exp_reduce`).
+const LN2: f32 = std::f32::consts::LN_2;
 /// `e^s ≈ 1 + s + s²·P(s)` on `|s| ≤ ln2/2`, highest degree first (SLEEF `xexpf`).
 const EXP_P: [f32; 6] = [
     0.000_198_527_62,
@@ -170,13 +173,23 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// `s = x·2^k - q·ln2` (Cody–Waite, two-part `ln2`): the reduced argument of
     /// `e^(x·2^k)`, scaled by `2^-k` so that `x·2^k` is never computed. Each step is the
     /// `k = 0` one on `x·2^k` times a power of two, exact or rounded alike.
+    ///
+    /// With `small_q` (the caller's `|q| ≤ 27`) `ln2` is one f32 ([`LN2`]) and the reduction
+    /// one FMA: the constant's error, `|ln2 - LN2| < 2e-9`, times `q` moves `e^s` by at most
+    /// `6e-8` relative, which `tanh` (its one caller, `|2x| ≤ 18.2`) turns into no more than
+    /// its worst error with two parts (1.057 ulp over every f32, `codegen/tests/llvm_math.rs`).
     fn exp_reduce(
         &self,
         x: FloatValue<'ctx>,
         k: i32,
+        small_q: bool,
     ) -> Result<(FloatValue<'ctx>, FloatValue<'ctx>)> {
         let z = self.fmuladd(x, self.k32(pow2(LOG2E, k)), self.k32(ROUNDER))?;
         let q = self.b.build_float_sub(z, self.k32(ROUNDER), "pe.q")?;
+        if small_q {
+            let s = self.fmuladd(q, self.k32(pow2(-LN2, -k)), x)?;
+            return Ok((q, s));
+        }
         let s = self.fmuladd(q, self.k32(pow2(-L2U, -k)), x)?;
         let s = self.fmuladd(q, self.k32(pow2(-L2L, -k)), s)?;
         Ok((q, s))
@@ -185,12 +198,13 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// `e^x` for `|x| ≤ EXP_CLAMP`, or NaN for NaN (every step keeps it, `scale_pow2`
     /// included): `2^q·(1 + s·(1 + s·P(s)))`, the polynomial by Horner's rule.
     fn exp_in_range(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        let (q, s) = self.exp_reduce(x, 0)?;
+        let (q, s) = self.exp_reduce(x, 0, false)?;
         let u = self.poly_eval(s, &EXP_FULL)?;
         self.scale_pow2(u, q)
     }
 
-    /// `e^(2x)` for `|2x| ≤ EXP_CLAMP` (`tanh`'s), without computing `2x`: from `h = s/2`
+    /// `e^(2x)` for `0 ≤ x ≤ TANH_ONE` (`tanh`'s: `q ≤ 27`, so one FMA reduces, see
+    /// [`Emitter::exp_reduce`]), without computing `2x`: from `h = s/2`
     /// ([`Emitter::exp_reduce`]), `2^q·(1 + 2·(h + h²·2P(2h)))` with `P`'s coefficients
     /// scaled to match, every step the unscaled one's value times a power of two. This
     /// keeps `s + s²·P(s)` as a separate polynomial and product where [`Emitter::exp_in_range`]
@@ -199,7 +213,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// `exp` and `erf` (softmax, GELU; BENCHMARKS.md).
     fn exp_twice_in_range(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
-        let (q, h) = self.exp_reduce(x, 1)?;
+        let (q, h) = self.exp_reduce(x, 1, true)?;
         let n = EXP_P.len() as i32;
         let c: Vec<f32> = (0..n).map(|i| pow2(EXP_P[i as usize], n - i)).collect();
         let p = self.poly_eval(h, &c)?;
