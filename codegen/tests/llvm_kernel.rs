@@ -5,7 +5,8 @@
 #[cfg(feature = "llvm")]
 mod with_llvm {
     use smelt_codegen::llvm::kernel::{
-        compile_program_kernels, kernel_extent, optimized_kernel_ir, reduce_group, CompiledKernels,
+        compile_program_kernels, kernel_extent, optimized_kernel_ir, program_listing, reduce_group,
+        CompiledKernels,
     };
     use smelt_codegen::llvm::{CpuTarget, JitOptions, MathMode};
     use smelt_ir::{BinaryOp, DType, NodeId, Scalar, UnaryOp};
@@ -1323,6 +1324,41 @@ mod with_llvm {
                 same_bits_at_every_chunking(&program, k, &four, &one, &what);
             }
         }
+    }
+
+    /// Kernels realign the stack to a cache line, so that the vectors a register-hungry loop
+    /// spills are written and read whole-line, never split across two lines. (On the AMD EPYC
+    /// host `smelt bench`'s 8-op chain with `tanh` spilled AVX-512 vectors with `vmovups` at
+    /// the ABI's 16-byte alignment, and took 3.9 or 4.8 ms over 16M floats by the caller's
+    /// stack depth; BENCHMARKS.md.) Checked on that chain's assembly for an AVX-512 CPU: its
+    /// entry aligns `%rsp` to 64 bytes and no vector goes to or from the stack unaligned.
+    #[test]
+    fn kernels_keep_their_stack_on_cache_lines() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let t = smelt_frontend::Tracer::new();
+        let x = t.input("x", DType::F32, [1usize << 16]).unwrap();
+        let h = x.mul(1.5).unwrap().add(0.5).unwrap().tanh().unwrap();
+        let h = h.mul(2.0).unwrap().sub(0.25).unwrap().relu().unwrap();
+        let y = h.mul(&x).unwrap().add(&x).unwrap();
+        t.output("y", &y).unwrap();
+        let graph = t.finish().unwrap();
+        let o = smelt_passes::optimize(&graph, &Default::default()).unwrap();
+        let program = lower(&o.graph, &o.plan).unwrap();
+        let (_, asm) = program_listing(&program, &avx512(&JitOptions::default())).unwrap();
+        assert!(
+            asm.contains("andq\t$-64, %rsp"),
+            "no realignment in:\n{asm}"
+        );
+        let unaligned: Vec<&str> = asm
+            .lines()
+            .filter(|l| l.contains("vmovups") && l.contains("(%rsp)"))
+            .collect();
+        assert!(
+            unaligned.is_empty(),
+            "unaligned vectors on the stack: {unaligned:#?}"
+        );
     }
 
     /// Split reductions group their blocks in row kernels whose data fits in cache (3 rows of
