@@ -221,7 +221,7 @@ fn cli_writes_json_and_chart() {
     );
     // It asks for huge pages for tensors of >= 32 MiB (Linux, where the kernel has them; the
     // line is left out where the kernel does not say).
-    if std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+    if smelt_runtime::alloc::thp_mode().is_some() {
         let h = &report["huge_pages"];
         assert_eq!(h["asked"], true, "{report}");
         let share = h["share"].as_f64().unwrap();

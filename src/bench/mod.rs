@@ -146,8 +146,7 @@ pub fn large_tensor_alignment() -> usize {
 /// Transparent huge pages for large tensors, as measured by [`huge_pages`].
 #[derive(Clone, Debug, Serialize)]
 pub struct HugePages {
-    /// The kernel's mode (`always`, `madvise` or `never`: the one in brackets in
-    /// `/sys/kernel/mm/transparent_hugepage/enabled`); `None` if it cannot be read.
+    /// The kernel's mode ([`smelt_runtime::alloc::thp_mode`]); `None` if it cannot be read.
     pub mode: Option<String>,
     /// Whether blocks of at least 32 MiB ask for huge pages ([`crate::LargeAligned`], the
     /// `smelt` tool's allocator, does unless `--no-huge-pages`).
@@ -166,14 +165,8 @@ pub fn huge_pages() -> Option<HugePages> {
     let probe = vec![1.0f32; 1 << 24];
     let bytes = std::mem::size_of_val(probe.as_slice()) as u64;
     let m = smelt_runtime::alloc::mapping_of(probe.as_ptr().cast())?;
-    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .ok()
-        .and_then(|s| {
-            let (_, rest) = s.split_once('[')?;
-            Some(rest.split_once(']')?.0.to_string())
-        });
     Some(HugePages {
-        mode,
+        mode: smelt_runtime::alloc::thp_mode(),
         asked: m.huge_page_advice,
         share: m.huge_page_bytes.min(bytes) as f64 / bytes as f64,
     })

@@ -203,9 +203,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         self.scale_pow2(u, q)
     }
 
-    /// `e^(2x)` for `0 ≤ x ≤ TANH_ONE` (`tanh`'s: `q ≤ 27`, so one FMA reduces, see
-    /// [`Emitter::exp_reduce`]), without computing `2x`: from `h = s/2`
-    /// ([`Emitter::exp_reduce`]), `2^q·(1 + 2·(h + h²·2P(2h)))` with `P`'s coefficients
+    /// `e^(2x)` for `0 ≤ x ≤ TANH_ONE` (`tanh`'s: `q ≤ 27`, so one FMA reduces), without
+    /// computing `2x`: from `h = s/2` ([`Emitter::exp_reduce`]),
+    /// `2^q·(1 + 2·(h + h²·2P(2h)))` with `P`'s coefficients
     /// scaled to match, every step the unscaled one's value times a power of two. This
     /// keeps `s + s²·P(s)` as a separate polynomial and product where [`Emitter::exp_in_range`]
     /// runs one Horner chain: in the `tanh` chain of `smelt bench`, whose loop has more
