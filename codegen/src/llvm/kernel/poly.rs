@@ -7,11 +7,15 @@
 //!   polynomial (SLEEF's `expf` coefficients) in one Horner chain, times `2^q` built from
 //!   exponent bits in two halves (so that `q = 128` and subnormal results are right), or by one
 //!   `vscalefps` on AVX-512, with the same bits (see `scalef`).
-//! - `tanh(x)`: `|x| < 0.75`: `x + x³·P(x²)` (P of degree 5, fitted for relative error);
-//!   above: `1 - 2/(e^(2|x|) + 1)` with `|x|` clamped to 9.1 (where `tanh` rounds to 1),
-//!   `e^(2|x|)` with `2|x|` folded into the constants, `ln2` in one part (`q ≤ 27`) and the
-//!   polynomial as `s + s²·P(s)`;
-//!   sign restored with `copysign`.
+//! - `tanh(x)`: one formula for every `x`, no branches: `E/(E + 2)` with `E = e^(2|x|) - 1`,
+//!   `|x|` clamped to 9.1 (where `tanh` rounds to 1), sign restored with `copysign`. `E` is
+//!   `2^q·(1 + U(s)) - 1` (`q = rint(2|x|/ln2)`, `ln2` in one part since `q ≤ 27`), kept as
+//!   an unevaluated sum `ehi + elo` so that no rounding of `1 + U` or `U` loses the low bits
+//!   of a small `tanh`, with `U(s) = s + s²·P(s)` (P of degree 4, by Estrin's scheme); the
+//!   quotient is `E·(1/d)` corrected once by its residual, computed exactly enough from `d =
+//!   fl(E + 2)`, `d`'s rounding error and `elo`. This replaced a polynomial below 0.75 and
+//!   `1 - 2/(e^(2|x|) + 1)` above, both computed for every lane: the same worst error
+//!   (1.066 against 1.057 ulp), one polynomial fewer and a shorter dependency chain.
 //! - `erf(x)`: `|x| < 0.875`: `x + x·P(x²)` (P of degree 6); above: `1 - e^Q(|x|)` where `Q`
 //!   (degree 8) fits `ln erfc` on `[0.875, 3.9375]`, `|x|` clamped to 3.9375 (where `erf`
 //!   rounds to 1); sign restored with `copysign`.
@@ -37,7 +41,10 @@ const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// `ln 2 = L2U + L2L`; `L2U` has few enough bits that `q·L2U` is exact for `|q| ≤ 150`.
 const L2U: f32 = f32::from_bits(0x3f31_7200); // 0.693145751953125
 const L2L: f32 = f32::from_bits(0x35bf_be8e); // 1.4286068e-6
-/// `ln 2` rounded to f32 (0.6931472), for reductions with a small `q` (`exp_reduce`).
+/// `ln 2` rounded to f32 (0.6931472), for `tanh`'s reduction, whose `q ≤ 27`: the constant's
+/// error, `|ln2 - LN2| < 2e-9`, times `q` moves `e^s` by at most `6e-8` relative where `tanh`
+/// is within an ulp of 1, so one part suffices (the error is measured over every f32 by
+/// `codegen/tests/llvm_math.rs`).
 const LN2: f32 = std::f32::consts::LN_2;
 /// `e^s ≈ 1 + s + s²·P(s)` on `|s| ≤ ln2/2`, highest degree first (SLEEF `xexpf`).
 const EXP_P: [f32; 6] = [
@@ -62,15 +69,14 @@ const fn pow2(v: f32, e: i32) -> f32 {
 /// either way (`e^-104` rounds to 0, `e^89` overflows).
 const EXP_CLAMP: f32 = 104.0;
 
-/// `tanh(x) ≈ x + x³·P(x²)` on `|x| < TANH_SMALL`.
-const TANH_SMALL: f32 = 0.75;
-const TANH_P: [f32; 6] = [
-    0.001_736_935_7,
-    -0.007_657_255,
-    0.021_452_034,
-    -0.053_892_724,
-    0.133_326_95,
-    -0.333_333_16,
+/// `e^s - 1 ≈ s + s²·P(s)` on `|s| ≤ ln2/2` (relative error 1.32e-8 before rounding to f32),
+/// highest degree first: `tanh`'s `expm1`, fitted by `scripts/fit-poly.py expm1`.
+const EXPM1_P: [f32; 5] = [
+    0.001_388_251_7,
+    0.008_366_534,
+    0.041_667_2,
+    0.166_665_43,
+    0.499_999_97,
 ];
 /// `tanh(x)` rounds to ±1 in f32 beyond this.
 const TANH_ONE: f32 = 9.1;
@@ -168,58 +174,17 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(b.build_select(above, hi, x, "lk")?.into_float_value())
     }
 
-    /// `q = rint(x·2^k/ln2)` (by adding and subtracting [`ROUNDER`]: one FMA and one
-    /// subtraction, where `vrndscaleps` is two micro-ops after a multiply) and `s/2^k`, where
-    /// `s = x·2^k - q·ln2` (Cody–Waite, two-part `ln2`): the reduced argument of
-    /// `e^(x·2^k)`, scaled by `2^-k` so that `x·2^k` is never computed. Each step is the
-    /// `k = 0` one on `x·2^k` times a power of two, exact or rounded alike.
-    ///
-    /// With `small_q` (the caller's `|q| ≤ 27`) `ln2` is one f32 ([`LN2`]) and the reduction
-    /// one FMA: the constant's error, `|ln2 - LN2| < 2e-9`, times `q` moves `e^s` by at most
-    /// `6e-8` relative, which `tanh` (its one caller, `|2x| ≤ 18.2`) turns into no more than
-    /// its worst error with two parts (1.057 ulp over every f32, `codegen/tests/llvm_math.rs`).
-    fn exp_reduce(
-        &self,
-        x: FloatValue<'ctx>,
-        k: i32,
-        small_q: bool,
-    ) -> Result<(FloatValue<'ctx>, FloatValue<'ctx>)> {
-        let z = self.fmuladd(x, self.k32(pow2(LOG2E, k)), self.k32(ROUNDER))?;
-        let q = self.b.build_float_sub(z, self.k32(ROUNDER), "pe.q")?;
-        if small_q {
-            let s = self.fmuladd(q, self.k32(pow2(-LN2, -k)), x)?;
-            return Ok((q, s));
-        }
-        let s = self.fmuladd(q, self.k32(pow2(-L2U, -k)), x)?;
-        let s = self.fmuladd(q, self.k32(pow2(-L2L, -k)), s)?;
-        Ok((q, s))
-    }
-
     /// `e^x` for `|x| ≤ EXP_CLAMP`, or NaN for NaN (every step keeps it, `scale_pow2`
-    /// included): `2^q·(1 + s·(1 + s·P(s)))`, the polynomial by Horner's rule.
+    /// included): `q = rint(x/ln2)` (by adding and subtracting [`ROUNDER`]: one FMA and one
+    /// subtraction, where `vrndscaleps` is two micro-ops after a multiply), `s = x - q·ln2`
+    /// (Cody–Waite, two-part `ln2`), `2^q·(1 + s·(1 + s·P(s)))`, the polynomial by Horner's
+    /// rule.
     fn exp_in_range(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        let (q, s) = self.exp_reduce(x, 0, false)?;
+        let z = self.fmuladd(x, self.k32(LOG2E), self.k32(ROUNDER))?;
+        let q = self.b.build_float_sub(z, self.k32(ROUNDER), "pe.q")?;
+        let s = self.fmuladd(q, self.k32(-L2U), x)?;
+        let s = self.fmuladd(q, self.k32(-L2L), s)?;
         let u = self.poly_eval(s, &EXP_FULL)?;
-        self.scale_pow2(u, q)
-    }
-
-    /// `e^(2x)` for `0 ≤ x ≤ TANH_ONE` (`tanh`'s: `q ≤ 27`, so one FMA reduces), without
-    /// computing `2x`: from `h = s/2` ([`Emitter::exp_reduce`]),
-    /// `2^q·(1 + 2·(h + h²·2P(2h)))` with `P`'s coefficients
-    /// scaled to match, every step the unscaled one's value times a power of two. This
-    /// keeps `s + s²·P(s)` as a separate polynomial and product where [`Emitter::exp_in_range`]
-    /// runs one Horner chain: in the `tanh` chain of `smelt bench`, whose loop has more
-    /// live constants, that form measured 4% faster, and the single chain 3–10% faster in
-    /// `exp` and `erf` (softmax, GELU; BENCHMARKS.md).
-    fn exp_twice_in_range(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        let b = &self.b;
-        let (q, h) = self.exp_reduce(x, 1, true)?;
-        let n = EXP_P.len() as i32;
-        let c: Vec<f32> = (0..n).map(|i| pow2(EXP_P[i as usize], n - i)).collect();
-        let p = self.poly_eval(h, &c)?;
-        let hh = b.build_float_mul(h, h, "pe.hh")?;
-        let u = self.fmuladd(hh, p, h)?;
-        let u = self.fmuladd(u, self.k32(2.0), self.k32(1.0))?;
         self.scale_pow2(u, q)
     }
 
@@ -230,21 +195,91 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         self.exp_in_range(xc)
     }
 
-    /// `tanh(x)` for an f32 `x` (see the module docs).
+    /// `tanh(x)` for an f32 `x` (see the module docs): `E/(E + 2)` with `E = e^(2|x|) - 1`,
+    /// `x`'s sign.
     pub(crate) fn tanh_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
         let a = self.fcall("llvm.fabs", x)?;
-        let s = b.build_float_mul(a, a, "pt.s")?;
-        let p = self.poly_eval(s, &TANH_P)?;
-        let a3 = b.build_float_mul(a, s, "pt.a3")?;
-        let small = self.fmuladd(a3, p, a)?;
-        // NaN takes the small branch (`ULT` is true when unordered), which keeps it.
-        let ac = self.clamp_to(a, TANH_ONE, false)?;
-        let e = self.exp_twice_in_range(ac)?;
-        let e1 = b.build_float_add(e, self.k32(1.0), "pt.e1")?;
-        let q = b.build_float_div(self.k32(2.0), e1, "pt.q")?;
-        let large = b.build_float_sub(self.k32(1.0), q, "pt.large")?;
-        self.odd_by_magnitude(x, a, TANH_SMALL, small, large)
+        // NaN stays NaN (`OGT` is false for it) and every step after keeps it.
+        let above = b.build_float_compare(FloatPredicate::OGT, a, self.k32(TANH_ONE), "pt.gt")?;
+        let ac = b
+            .build_select(above, self.k32(TANH_ONE), a, "pt.ac")?
+            .into_float_value();
+        let (ehi, elo) = self.expm1_twice_split(ac)?;
+        let r = self.over_plus_two(ehi, elo)?;
+        self.f32_intrinsic2("llvm.copysign.f32", r, x)
+    }
+
+    /// `e^(2a) - 1` for `0 ≤ a ≤ TANH_ONE` as an unevaluated sum `ehi + elo` (`|elo|` well
+    /// below `ehi`): with `q = rint(2a/ln2)` and `h = (2a - q·ln2)/2` (one FMA: `q ≤ 27`, see
+    /// [`LN2`]), `t = 2^q` and `P` of [`EXPM1_P`], `ehi = (t - 1) + 2t·h` and
+    /// `elo = 2t·h²·2P(2h)`, `P` scaled so that `2a` is never computed. `ehi` is exact where
+    /// `q = 0`, so the error of a small `tanh` is the polynomial's and the final roundings',
+    /// not that of rounding `h + h²·P` first (which cost up to 1.7 ulp).
+    fn expm1_twice_split(
+        &self,
+        a: FloatValue<'ctx>,
+    ) -> Result<(FloatValue<'ctx>, FloatValue<'ctx>)> {
+        let b = &self.b;
+        let z = self.fmuladd(a, self.k32(pow2(LOG2E, 1)), self.k32(ROUNDER))?;
+        let q = b.build_float_sub(z, self.k32(ROUNDER), "pt.q")?;
+        let h = self.fmuladd(q, self.k32(pow2(-LN2, -1)), a)?;
+        // `t = 2^q` from `z`'s bits: `z = ROUNDER + q` exactly, one integer step per unit.
+        let i32t = self.ctx.i32_type();
+        let zi = b.build_bit_cast(z, i32t, "pt.zi")?.into_int_value();
+        let bias = 127 - ROUNDER.to_bits() as i64;
+        let te = b.build_int_add(zi, i32t.const_int(bias as u64, true), "pt.te")?;
+        let te = b.build_left_shift(te, i32t.const_int(23, false), "pt.ts")?;
+        let t = b
+            .build_bit_cast(te, self.f32t(), "pt.t")?
+            .into_float_value();
+        // `2P(2h)` by Estrin's scheme (its chain is three steps where Horner's is four).
+        let n = EXPM1_P.len() as i32;
+        let c: Vec<f32> = (0..n).map(|i| pow2(EXPM1_P[i as usize], n - i)).collect();
+        let h2 = b.build_float_mul(h, h, "pt.h2")?;
+        let low = self.fmuladd(self.k32(c[3]), h, self.k32(c[4]))?;
+        let high = self.fmuladd(self.k32(c[1]), h, self.k32(c[2]))?;
+        let high = self.fmuladd(self.k32(c[0]), h2, high)?;
+        let p = self.fmuladd(h2, high, low)?;
+        let t2 = b.build_float_add(t, t, "pt.t2")?;
+        let ht = b.build_float_mul(h, t2, "pt.ht")?;
+        let tm1 = b.build_float_sub(t, self.k32(1.0), "pt.tm1")?;
+        let ehi = b.build_float_add(ht, tm1, "pt.ehi")?;
+        let h2t = b.build_float_mul(h2, t2, "pt.h2t")?;
+        let elo = b.build_float_mul(h2t, p, "pt.elo")?;
+        Ok((ehi, elo))
+    }
+
+    /// `E/(E + 2)` for `E = ehi + elo ≥ 0` (`|elo|` well below `ehi`), to about half an ulp
+    /// before the last rounding: `r0 = E·(1/d)` with `d = fl(E + 2)`, then one correction
+    /// by the residual `E - r0·(E + 2)`, computed from `d`, the exact rounding error `k` of
+    /// `d` (`d - 2` is exact for `d ≥ 1`) and `elo`. The residual's first step is a true FMA
+    /// (`llvm.fma`, a library call on CPUs without one): as a multiply and an add it would
+    /// round away what it measures (1.72 ulp); every other multiply-add may round twice.
+    fn over_plus_two(
+        &self,
+        ehi: FloatValue<'ctx>,
+        elo: FloatValue<'ctx>,
+    ) -> Result<FloatValue<'ctx>> {
+        let b = &self.b;
+        let e = b.build_float_add(ehi, elo, "pt.e")?;
+        let d = b.build_float_add(e, self.k32(2.0), "pt.d")?;
+        let dm2 = b.build_float_sub(d, self.k32(2.0), "pt.dm2")?;
+        let k = b.build_float_sub(ehi, dm2, "pt.k0")?;
+        let k = b.build_float_add(k, elo, "pt.k")?;
+        let rc = b.build_float_div(self.k32(1.0), d, "pt.rc")?;
+        let r0 = b.build_float_mul(e, rc, "pt.r0")?;
+        let nr0 = b.build_float_neg(r0, "pt.nr0")?;
+        let c = self
+            .call(
+                "llvm.fma.f32",
+                self.f32t().into(),
+                &[nr0.into(), d.into(), ehi.into()],
+            )?
+            .into_float_value();
+        let c = b.build_float_add(c, elo, "pt.c1")?;
+        let c = self.fmuladd(nr0, k, c)?;
+        self.fmuladd(c, rc, r0)
     }
 
     /// `erf(x)` for an f32 `x` (see the module docs).

@@ -1,4 +1,5 @@
-//! `u·2^q` for the f32 polynomials (`exp`, and `tanh`/`erf` through it) on AVX-512: one
+//! `u·2^q` for the f32 polynomials (`exp`, and `erf` through it; `tanh` builds its `2^q`
+//! from the rounding's exponent bits, exact for its `q ≤ 27`) on AVX-512: one
 //! `vscalefps` per vector instead of the nine instructions of the generic form (convert `q` to
 //! an integer, halve it, build two powers of two from exponent bits, two multiplies).
 //!
