@@ -2,6 +2,7 @@
 """Fits the coefficients of a polynomial in codegen/src/llvm/kernel/poly.rs.
 
     python3 scripts/fit-poly.py expm1      # EXPM1_P: e^s - 1 = s + s^2 P(s), |s| <= ln2/2
+    python3 scripts/fit-poly.py exp        # EXP_P: e^s = 1 + s + s^2 P(s), |s| <= ln2/2
 
 Needs mpmath (`pip install mpmath`; it is not a dependency of the project). The fit is
 weighted least squares on 1500 Chebyshev nodes, reweighted by Lawson's rule towards the
@@ -64,7 +65,21 @@ def expm1():
     return lawson(f, w, -half, half, 4)
 
 
-FITS = {"expm1": expm1}
+def exp():
+    """P of degree 4 with 1 + s + s^2 P(s) = e^s on |s| <= ln2/2 (a little wider), in
+    relative error: P fits (e^s - 1 - s)/s^2 weighted by s^2/e^s."""
+    half = mp.log(2) / 2 + mp.mpf("1e-4")
+
+    def f(s):
+        return (mp.expm1(s) - s) / s**2
+
+    def w(s):
+        return s**2 / mp.exp(s)
+
+    return lawson(f, w, -half, half, 4)
+
+
+FITS = {"expm1": expm1, "exp": exp}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in FITS:

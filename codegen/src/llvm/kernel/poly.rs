@@ -3,10 +3,12 @@
 //! right one selected, so the loop vectoriser widens them to the full SIMD width.
 //!
 //! - `exp(x)`: `x = q·ln2 + s` (`q = rint(x/ln2)`, rounded by adding and subtracting
-//!   `1.5·2^23`; Cody–Waite with a two-part `ln2`, `|s| ≤ ln2/2`), `e^s` by a degree-7
-//!   polynomial (SLEEF's `expf` coefficients) in one Horner chain, times `2^q` built from
-//!   exponent bits in two halves (so that `q = 128` and subnormal results are right), or by one
-//!   `vscalefps` on AVX-512, with the same bits (see `scalef`).
+//!   `1.5·2^23`; Cody–Waite with a two-part `ln2`, `|s| ≤ ln2/2`), `e^s` by a degree-6
+//!   polynomial (`EXP_P`; until the twenty-seventh session SLEEF's degree-7 `expf`
+//!   coefficients, one multiply-add more for accuracy an f32 result does not keep) in one
+//!   Horner chain, times `2^q` built from exponent bits in two halves (so that `q = 128` and
+//!   subnormal results are right), or by one `vscalefps` on AVX-512, with the same bits (see
+//!   `scalef`).
 //! - `tanh(x)`: one formula for every `x`, no branches: `E/(E + 2)` with `E = e^(2|x|) - 1`,
 //!   `|x|` clamped to 9.1 (where `tanh` rounds to 1), sign restored with `copysign`. `E` is
 //!   `2^q·(1 + U(s)) - 1` (`q = rint(2|x|/ln2)`, `ln2` in one part since `q ≤ 27`), kept as
@@ -46,19 +48,17 @@ const L2L: f32 = f32::from_bits(0x35bf_be8e); // 1.4286068e-6
 /// is within an ulp of 1, so one part suffices (the error is measured over every f32 by
 /// `codegen/tests/llvm_math.rs`).
 const LN2: f32 = std::f32::consts::LN_2;
-/// `e^s ≈ 1 + s + s²·P(s)` on `|s| ≤ ln2/2`, highest degree first (SLEEF `xexpf`).
-const EXP_P: [f32; 6] = [
-    0.000_198_527_62,
-    0.001_393_043_6,
-    0.008_333_361,
-    0.041_666_485,
-    0.166_666_67,
-    0.5,
+/// `e^s ≈ 1 + s + s²·P(s)` on `|s| ≤ ln2/2` (relative error 3.1e-9 before rounding to f32),
+/// highest degree first, fitted by `scripts/fit-poly.py exp`.
+const EXP_P: [f32; 5] = [
+    0.001_381_456_9,
+    0.008_368_731,
+    0.041_668_39,
+    0.166_665_21,
+    0.499_999_94,
 ];
 /// `EXP_P` with the two terms of degree 1 and 0: `e^s ≈ 1 + s·(1 + s·P(s))` by Horner.
-const EXP_FULL: [f32; 8] = [
-    EXP_P[0], EXP_P[1], EXP_P[2], EXP_P[3], EXP_P[4], EXP_P[5], 1.0, 1.0,
-];
+const EXP_FULL: [f32; 7] = [EXP_P[0], EXP_P[1], EXP_P[2], EXP_P[3], EXP_P[4], 1.0, 1.0];
 /// `1.5·2^23`: adding it to an `|z| < 2^22` rounds `z` to an integer (the sum's ulp is 1).
 const ROUNDER: f32 = 12_582_912.0;
 /// `v·2^e`, exactly (for the constants here, far from overflow and underflow).
