@@ -24,6 +24,15 @@ def f32(v):
     return struct.unpack("f", struct.pack("f", float(v)))[0]
 
 
+def shortest(v):
+    """The shortest decimal that reads back as the f32 `v` (as poly.rs writes it)."""
+    for digits in range(1, 10):
+        text = f"{v:.{digits}g}"
+        if f32(float(text)) == v:
+            return text
+    return repr(v)
+
+
 def lawson(f, w, lo, hi, deg, iters=60, n=1500):
     """Coefficients (lowest degree first) of the degree-`deg` polynomial p minimising
     max |w(x)·(p(x) - f(x))| over [lo, hi], approximately, and that maximum."""
@@ -51,32 +60,29 @@ def lawson(f, w, lo, hi, deg, iters=60, n=1500):
     return [c[j] for j in range(deg + 1)], max(errs)
 
 
-def expm1():
-    """P of degree 4 with s + s^2 P(s) = e^s - 1 on |s| <= ln2/2 (a little wider, for the
-    rounding of q), in relative error: P fits (e^s - 1 - s)/s^2 weighted by s^2/(e^s - 1)."""
+def exp_tail(relative_to):
+    """P of degree 4 with e^s = 1 + s + s^2 P(s) on |s| <= ln2/2 (a little wider, for the
+    rounding of q), minimising the error relative to `relative_to(s)`: P fits
+    (e^s - 1 - s)/s^2 weighted by s^2/relative_to(s)."""
     half = mp.log(2) / 2 + mp.mpf("1e-4")
 
     def f(s):
         return (mp.expm1(s) - s) / s**2
 
     def w(s):
-        return s**2 / mp.expm1(s)
+        return s**2 / relative_to(s)
 
     return lawson(f, w, -half, half, 4)
+
+
+def expm1():
+    """tanh's: the error relative to e^s - 1 (the result is s + s^2 P(s))."""
+    return exp_tail(mp.expm1)
 
 
 def exp():
-    """P of degree 4 with 1 + s + s^2 P(s) = e^s on |s| <= ln2/2 (a little wider), in
-    relative error: P fits (e^s - 1 - s)/s^2 weighted by s^2/e^s."""
-    half = mp.log(2) / 2 + mp.mpf("1e-4")
-
-    def f(s):
-        return (mp.expm1(s) - s) / s**2
-
-    def w(s):
-        return s**2 / mp.exp(s)
-
-    return lawson(f, w, -half, half, 4)
+    """exp's: the error relative to e^s (the result is 1 + s + s^2 P(s))."""
+    return exp_tail(mp.exp)
 
 
 FITS = {"expm1": expm1, "exp": exp}
@@ -88,4 +94,4 @@ if __name__ == "__main__":
     print(f"max relative error before rounding: {mp.nstr(err, 3)}")
     print("highest degree first (f32):")
     for c in reversed(coeffs):
-        print(f"    {f32(c)!r},")
+        print(f"    {shortest(f32(c))},")
