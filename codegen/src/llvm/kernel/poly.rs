@@ -252,10 +252,11 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
 
     /// `E/(E + 2)` for `E = ehi + elo ≥ 0` (`|elo|` well below `ehi`), to about half an ulp
     /// before the last rounding: `r0 = E·(1/d)` with `d = fl(E + 2)`, then one correction
-    /// by the residual `E - r0·(E + 2)`, computed from `d`, the exact rounding error `k` of
-    /// `d` (`d - 2` is exact for `d ≥ 1`) and `elo`. The residual's first step is a true FMA
-    /// (`llvm.fma`, a library call on CPUs without one): as a multiply and an add it would
-    /// round away what it measures (1.72 ulp); every other multiply-add may round twice.
+    /// by the residual `E - r0·(E + 2)`, computed from `d`, `d`'s rounding error `k` (found
+    /// through `d - 2`, which is exact for `d ≥ 1`) and `elo`. The residual's first step is a
+    /// true FMA (`llvm.fma`, a library call on CPUs without one): as a multiply and an add it
+    /// would round away what it measures (1.72 ulp in an exact emulation of that arithmetic);
+    /// every other multiply-add may round twice (1.068 ulp so).
     fn over_plus_two(
         &self,
         ehi: FloatValue<'ctx>,
