@@ -296,9 +296,9 @@ mod with_llvm {
     }
 
     /// Named AVX-512 targets (with and without VL) build the `vscalefps` form of `exp`, `erf`
-    /// and `sigmoid` (`tanh` never scales), and no `smelt.scalef` helper survives optimisation; targets without AVX-512F, including one
-    /// whose feature string turns it off again, build the generic form. Only IR is built, so
-    /// this runs on any x86-64 host.
+    /// and `sigmoid` (`tanh` never scales), and no `smelt.scalef` helper survives
+    /// optimisation; targets without AVX-512F, including one whose feature string turns it
+    /// off again, build the generic form. Only IR is built, so this runs on any x86-64 host.
     #[test]
     fn avx512_targets_build_vscalefps_and_others_do_not() {
         if !cfg!(target_arch = "x86_64") {

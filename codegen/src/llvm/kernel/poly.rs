@@ -31,6 +31,7 @@
 //! The errors in [`MathMode::Polynomial`]'s docs are measured by `codegen/tests/llvm_math.rs`
 //! against f64 math (a sampled sweep in CI, every f32 input in ignored tests).
 
+use super::scalef::pow2i;
 use super::Emitter;
 use crate::llvm::error::Result;
 #[allow(unused_imports)] // named by the module docs
@@ -167,9 +168,16 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// x86 lowers to one `maxps` and one `minps` with the operand order that returns NaN.
     fn limit_keeping_nan(&self, x: FloatValue<'ctx>, lo: f32, hi: f32) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
-        let (lo, hi) = (self.k32(lo), self.k32(hi));
+        let lo = self.k32(lo);
         let below = b.build_float_compare(FloatPredicate::OLT, x, lo, "lk.lt")?;
         let x = b.build_select(below, lo, x, "lk.lo")?.into_float_value();
+        self.at_most_keeping_nan(x, hi)
+    }
+
+    /// `x > hi ? hi : x`: `x` limited to `hi`, NaN kept (`OGT` is false for it), one `minps`.
+    fn at_most_keeping_nan(&self, x: FloatValue<'ctx>, hi: f32) -> Result<FloatValue<'ctx>> {
+        let b = &self.b;
+        let hi = self.k32(hi);
         let above = b.build_float_compare(FloatPredicate::OGT, x, hi, "lk.gt")?;
         Ok(b.build_select(above, hi, x, "lk")?.into_float_value())
     }
@@ -198,13 +206,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// `tanh(x)` for an f32 `x` (see the module docs): `E/(E + 2)` with `E = e^(2|x|) - 1`,
     /// `x`'s sign.
     pub(crate) fn tanh_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        let b = &self.b;
         let a = self.fcall("llvm.fabs", x)?;
-        // NaN stays NaN (`OGT` is false for it) and every step after keeps it.
-        let above = b.build_float_compare(FloatPredicate::OGT, a, self.k32(TANH_ONE), "pt.gt")?;
-        let ac = b
-            .build_select(above, self.k32(TANH_ONE), a, "pt.ac")?
-            .into_float_value();
+        // NaN stays NaN through the limit and every step after.
+        let ac = self.at_most_keeping_nan(a, TANH_ONE)?;
         let (ehi, elo) = self.expm1_twice_split(ac)?;
         let r = self.over_plus_two(ehi, elo)?;
         self.f32_intrinsic2("llvm.copysign.f32", r, x)
@@ -227,12 +231,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         // `t = 2^q` from `z`'s bits: `z = ROUNDER + q` exactly, one integer step per unit.
         let i32t = self.ctx.i32_type();
         let zi = b.build_bit_cast(z, i32t, "pt.zi")?.into_int_value();
-        let bias = 127 - ROUNDER.to_bits() as i64;
-        let te = b.build_int_add(zi, i32t.const_int(bias as u64, true), "pt.te")?;
-        let te = b.build_left_shift(te, i32t.const_int(23, false), "pt.ts")?;
-        let t = b
-            .build_bit_cast(te, self.f32t(), "pt.t")?
-            .into_float_value();
+        let rounder = i32t.const_int(u64::from(ROUNDER.to_bits()), false);
+        let qi = b.build_int_sub(zi, rounder, "pt.qi")?;
+        let t = pow2i(self.ctx, b, qi)?;
         // `2P(2h)` by Estrin's scheme (its chain is three steps where Horner's is four).
         let n = EXPM1_P.len() as i32;
         let c: Vec<f32> = (0..n).map(|i| pow2(EXPM1_P[i as usize], n - i)).collect();

@@ -87,8 +87,8 @@ impl Scalef {
     }
 }
 
-/// `2^q` for `-126 ≤ q ≤ 127`, from exponent bits.
-fn pow2i<'ctx>(
+/// `2^q` for `-126 ≤ q ≤ 127`, from exponent bits (also `tanh`'s `2^q`, kernel module `poly`).
+pub(super) fn pow2i<'ctx>(
     ctx: &'ctx Context,
     b: &Builder<'ctx>,
     q: IntValue<'ctx>,
