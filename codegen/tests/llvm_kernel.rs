@@ -1275,8 +1275,9 @@ mod with_llvm {
     }
 
     /// Interleaved vectors (`JitOptions::interleave_vectors`, four by default): store loops
-    /// ask the loop vectoriser for four vectors per iteration, which it honours for long
-    /// bodies it would otherwise leave at one (a `tanh` or `erf` chain: four vector divisions
+    /// ask the loop vectoriser for four vectors per iteration (eight for a long body with few
+    /// constants on AVX-512, such as the `tanh` chain's), which it honours for long bodies it
+    /// would otherwise leave at one (a `tanh` or `erf` chain: four or eight vector divisions
     /// or exponentials per iteration instead of one), and every element comes out the same
     /// bits as the vectoriser's own loop, at lengths around the vector width and its
     /// multiples and at every chunking of the outer range (remainders go through the
@@ -1320,6 +1321,11 @@ mod with_llvm {
                     };
                     let (n4, n1) = (lines(&JitOptions::default()), lines(&own));
                     assert!(n1 > 0 && n4 > n1, "{what}: {n4} vector `{op}` against {n1}");
+                    // The chain's body is long and has few constants: twice the four vectors
+                    // on AVX-512 (`inflight::vectors_in_flight`), plus the epilogue's one.
+                    if name == "tanh chain" {
+                        assert!(n4 >= 8, "{what}: {n4} vector `{op}`");
+                    }
                 }
                 same_bits_at_every_chunking(&program, k, &four, &one, &what);
             }
@@ -1431,6 +1437,140 @@ mod with_llvm {
                     }
                 }
             }
+        }
+    }
+
+    /// One scaled sum of [`scaled_sums_are_single_fmas_with_the_same_bits`]: `x·k + c`
+    /// (`mul_first`) or `c + x·k`, as `op` (`Add`, `Sub`) combines them, in dtype `d`.
+    fn scaled_sum_kernel(d: DType, k: f64, op: BinaryOp, c: f64, mul_first: bool) -> Kernel {
+        let mut body = Body::default();
+        let x = body.load(d, 0, 0, &[1]);
+        let kv = body.push(Ty::Data(d), InstOp::Const(Scalar::Float(k)));
+        let p = body.push(Ty::Data(d), InstOp::Binary(BinaryOp::Mul, x, kv));
+        let cv = body.push(Ty::Data(d), InstOp::Const(Scalar::Float(c)));
+        let (a, b) = if mul_first { (p, cv) } else { (cv, p) };
+        let y = body.push(Ty::Data(d), InstOp::Binary(op, a, b));
+        let st = store_stage(vec![], body, vec![(1, affine(0, &[1]), y)]);
+        kernel("k_scaled_sum", &[0], &[1], &[SCALED_N], vec![st])
+    }
+
+    const SCALED_N: usize = 40;
+
+    /// `x·2^k ± c` with constant `2^k` (`k ≥ 0`) and `c` is emitted as one `llvm.fmuladd`
+    /// (`scalar.rs`, `scaled_plus_constant`), which is exact as two roundings are: the product
+    /// cannot round, and a product that overflows gives the same infinity either way while
+    /// `|c| ≤ 2^103` (f32; `2^970` for f64). Each form is checked against Rust's two roundings
+    /// bit for bit over specials, subnormals, overflowing products and cancellations; `c` at
+    /// `±2^103` is the edge (`2^127·2 - 2^103` is exactly halfway to overflow and must round to
+    /// infinity), and a larger `c` or a factor that is not a power of two stays two operations.
+    #[test]
+    fn scaled_sums_are_single_fmas_with_the_same_bits() {
+        let p103 = 2f64.powi(103);
+        let p970 = 2f64.powi(970);
+        let max32 = f64::from(f32::MAX);
+        // (dtype, k, op, c, mul first, fused)
+        let cases = [
+            (DType::F32, 2.0, BinaryOp::Sub, 0.25, true, true),
+            (DType::F32, 4.0, BinaryOp::Sub, 0.25, false, true),
+            (DType::F32, -8.0, BinaryOp::Add, 0.5, false, true),
+            (DType::F32, 2.0, BinaryOp::Sub, p103, true, true),
+            (DType::F32, 2.0, BinaryOp::Add, -p103, true, true),
+            (DType::F32, 2.0, BinaryOp::Sub, 2.0 * p103, true, false),
+            (DType::F32, 2.0, BinaryOp::Add, -max32, true, false),
+            (DType::F32, 3.0, BinaryOp::Add, 1.0, true, false),
+            (DType::F32, 0.5, BinaryOp::Add, 1.0, true, false),
+            (DType::F64, 2.0, BinaryOp::Sub, 0.25, true, true),
+            (DType::F64, -4.0, BinaryOp::Sub, p970, false, true),
+            (DType::F64, 2.0, BinaryOp::Sub, p970, true, true),
+            (DType::F64, 2.0, BinaryOp::Sub, 2.0 * p970, true, false),
+        ];
+        let x32: Vec<f32> = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.125,
+            0.125 + f32::EPSILON / 8.0,
+            1.5,
+            -2.75e-3,
+            f32::MAX,
+            -f32::MAX,
+            f32::MAX / 2.0,
+            2f32.powi(127),
+            -2f32.powi(127),
+            2f32.powi(126),
+            f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            -f32::from_bits(0x0040_0001),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            7.0e37,
+            -1.0e38,
+            3.0,
+            0.0625,
+        ]
+        .into_iter()
+        .chain((0..16).map(|i| (i as f32 - 7.5) * 0.37))
+        .collect();
+        assert_eq!(x32.len(), SCALED_N);
+        let x64: Vec<f64> = x32
+            .iter()
+            .map(|&x| match x {
+                x if x == f32::MAX => f64::MAX,
+                x if x == 2f32.powi(127) => 2f64.powi(1023),
+                x => f64::from(x),
+            })
+            .collect();
+        for (d, k, op, c, mul_first, fused) in cases {
+            let what = format!("{d} x*{k} {op} {c:e} (product first: {mul_first})");
+            let kern = scaled_sum_kernel(d, k, op, c, mul_first);
+            let decls = vec![buf(0, d, SCALED_N), buf(1, d, SCALED_N)];
+            let ir = optimized_kernel_ir(&kern, &decls, &JitOptions::default()).unwrap();
+            let f = function_ir(&ir, &format!("@{}(", kern.name));
+            assert_eq!(f.contains("@llvm.fmuladd."), fused, "{what}:\n{f}");
+            let compiled = compile(&[&kern], &decls);
+            let mut bufs = Buffers::new(&decls);
+            let bad: Vec<String> = if d == DType::F32 {
+                bufs.set(0, &x32);
+                assert_eq!(run(&compiled, 0, &kern, &mut bufs, 7), 0);
+                let got: Vec<f32> = bufs.get(1);
+                let (k, c) = (k as f32, c as f32);
+                x32.iter()
+                    .zip(&got)
+                    .filter_map(|(&x, &g)| {
+                        let p = x * k;
+                        let w = match (op, mul_first) {
+                            (BinaryOp::Add, true) => p + c,
+                            (BinaryOp::Add, false) => c + p,
+                            (_, true) => p - c,
+                            (_, false) => c - p,
+                        };
+                        let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                        (!same).then(|| format!("x {x:e}: {g:e} against {w:e}"))
+                    })
+                    .collect()
+            } else {
+                bufs.set(0, &x64);
+                assert_eq!(run(&compiled, 0, &kern, &mut bufs, 7), 0);
+                let got: Vec<f64> = bufs.get(1);
+                x64.iter()
+                    .zip(&got)
+                    .filter_map(|(&x, &g)| {
+                        let p = x * k;
+                        let w = match (op, mul_first) {
+                            (BinaryOp::Add, true) => p + c,
+                            (BinaryOp::Add, false) => c + p,
+                            (_, true) => p - c,
+                            (_, false) => c - p,
+                        };
+                        let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                        (!same).then(|| format!("x {x:e}: {g:e} against {w:e}"))
+                    })
+                    .collect()
+            };
+            assert!(bad.is_empty(), "{what}: {bad:?}");
+            assert!(bufs.red_zones_intact(), "{what}");
         }
     }
 }

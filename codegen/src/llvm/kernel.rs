@@ -54,6 +54,7 @@
 
 mod access;
 mod convert;
+mod inflight;
 mod interleave;
 mod math;
 mod poly;
@@ -851,6 +852,16 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         f: impl FnOnce(&mut Self, IntValue<'ctx>) -> Result<()>,
     ) -> Result<()> {
         let latch = self.counted_loop_latch(lo, hi, name, f)?;
+        self.attach_hints(latch, hints);
+        Ok(())
+    }
+
+    /// Attaches `hints` to a loop's latch branch, those the target ignores left out.
+    pub(crate) fn attach_hints(
+        &self,
+        latch: inkwell::values::InstructionValue<'ctx>,
+        hints: &[(&'static str, Hint)],
+    ) {
         // The NVPTX back end (`nvptx.rs` reuses these bodies) never vectorises loops, so a
         // vectorisation request there would only make LLVM warn that it failed.
         let gpu = self
@@ -867,7 +878,6 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         if !hints.is_empty() {
             self.loop_hints(latch, &hints);
         }
-        Ok(())
     }
 
     /// Attaches a loop ID `!0 = !{!0, !{name}, !{name, i1 flag}, !{name, i32 n},

@@ -126,8 +126,11 @@ pub struct JitOptions {
     /// `None`: the vectoriser's own choice for store loops, which is one for long bodies such
     /// as `tanh`'s, whose iterations are then a single chain of dependent instructions that
     /// the CPU's scheduler cannot hold enough of to keep its vector units busy; one block at a
-    /// time for split reductions. The blocks are combined in the same order either way, so
-    /// values are unchanged, bit for bit. Default: `Some(`[`INTERLEAVE_VECTORS`]`)`.
+    /// time for split reductions. A store loop whose body is long and has few constants gets
+    /// twice the count where the target's registers hold them (AVX-512: the `tanh` chain
+    /// computes eight vectors per iteration; `kernel/inflight.rs`). The blocks are combined in
+    /// the same order either way, so values are unchanged, bit for bit. Default:
+    /// `Some(`[`INTERLEAVE_VECTORS`]`)`.
     pub interleave_vectors: Option<u32>,
 }
 

@@ -13,7 +13,7 @@ use super::{declare, Emitter, Val};
 use crate::llvm::error::Result;
 use crate::llvm::options::MathMode;
 use inkwell::types::{BasicType, BasicTypeEnum, FloatType, IntType};
-use inkwell::values::{BasicValueEnum, FloatValue, IntValue};
+use inkwell::values::{BasicValueEnum, FloatValue, InstructionOpcode, IntValue, Operand};
 use inkwell::{FloatPredicate, IntPredicate};
 use smelt_ir::{BinaryOp, DType, UnaryOp};
 use smelt_passes::kernel::{Inst, InstOp, Ty, ValueId};
@@ -292,6 +292,12 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 };
                 return Ok(b.build_float_compare(pred, p, q, "cmp")?.into());
             }
+            // f16/bf16 round every result (`round`): only f32/f64 sums meet a bare product.
+            if matches!(d, DType::F32 | DType::F64) {
+                if let Some(r) = self.scaled_plus_constant(op, p, q)? {
+                    return Ok(r.into());
+                }
+            }
             let r = self.float_binary(op, p, q)?;
             return Ok(self.round(d, r)?.into());
         }
@@ -322,6 +328,57 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             .into());
         }
         Ok(self.int_binary(op, p, q)?.into())
+    }
+
+    /// `x·2^k + c`, `x·2^k - c` or `c - x·2^k` (`a`, `c` as `op` gets them) as one
+    /// `llvm.fmuladd` when that gives the bits of the two roundings the op asks for, whether or
+    /// not the CPU fuses it: `2^k` (`k ≥ 0`, either sign) and `c` are constants, `x·2^k` is exact
+    /// unless it overflows, and `|c|` is at most [`sum_keeps_overflow`]'s limit, so a product
+    /// that overflows gives the same infinity either way. `None`: another form, emitted as is.
+    /// Chains such as `2·tanh(x) - 0.25` save an instruction per element.
+    fn scaled_plus_constant(
+        &self,
+        op: BinaryOp,
+        a: FloatValue<'ctx>,
+        c: FloatValue<'ctx>,
+    ) -> Result<Option<FloatValue<'ctx>>> {
+        let t = a.get_type();
+        let (name, limit) = if t == self.f32t() {
+            (
+                "llvm.fmuladd.f32",
+                sum_keeps_overflow(f32::MANTISSA_DIGITS, f32::MAX_EXP),
+            )
+        } else if t == self.ctx.f64_type() {
+            (
+                "llvm.fmuladd.f64",
+                sum_keeps_overflow(f64::MANTISSA_DIGITS, f64::MAX_EXP),
+            )
+        } else {
+            return Ok(None);
+        };
+        let finite_const = |v: FloatValue<'ctx>| match v.get_constant() {
+            Some((k, false)) if k.abs() <= limit => Some(k),
+            _ => None,
+        };
+        // (the product, whether it is subtracted, the constant added).
+        let (product_first, const_second) = (exact_scaling(a), finite_const(c));
+        let (const_first, product_second) = (finite_const(a), exact_scaling(c));
+        let (x, k, negate, add) = match (op, product_first, const_second) {
+            (BinaryOp::Add, Some((x, k)), Some(add)) => (x, k, false, add),
+            (BinaryOp::Sub, Some((x, k)), Some(sub)) => (x, k, false, -sub),
+            (BinaryOp::Add | BinaryOp::Sub, ..) => match (const_first, product_second) {
+                (Some(add), Some((x, k))) => (x, k, op == BinaryOp::Sub, add),
+                _ => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        let k = t.const_float(if negate { -k } else { k });
+        let r = self.call(
+            name,
+            t.into(),
+            &[x.into(), k.into(), t.const_float(add).into()],
+        )?;
+        Ok(Some(r.into_float_value()))
     }
 
     fn float_binary(
@@ -493,4 +550,39 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
 
 fn unreachable_op<T>(e: &Emitter<'_, '_>, op: UnaryOp) -> Result<T> {
     Err(e.err(format!("{op} is handled before dispatch")))
+}
+
+/// `(x, 2^k)` when `v` is `x · 2^k` or `2^k · x`, an `fmul` by a constant power of two with
+/// `k ≥ 0` (either sign): a product that is exact unless it overflows (`x`'s significand is
+/// kept, subnormal `x` included).
+fn exact_scaling(v: FloatValue<'_>) -> Option<(FloatValue<'_>, f64)> {
+    let inst = v.as_instruction()?;
+    if inst.get_opcode() != InstructionOpcode::FMul {
+        return None;
+    }
+    let operand = |i| match inst.get_operand(i) {
+        Some(Operand::Value(BasicValueEnum::FloatValue(f))) => Some(f),
+        _ => None,
+    };
+    let (x, y) = (operand(0)?, operand(1)?);
+    let power = |f: FloatValue<'_>| match f.get_constant() {
+        Some((k, false)) if k.is_finite() && k.abs() >= 1.0 => {
+            (k.to_bits() & ((1u64 << 52) - 1) == 0).then_some(k)
+        }
+        _ => None,
+    };
+    match (power(y), power(x)) {
+        (Some(k), _) if !x.is_const() => Some((x, k)),
+        (_, Some(k)) if !y.is_const() => Some((y, k)),
+        _ => None,
+    }
+}
+
+/// The largest `|c|` for which `round(x·2^k + c)` overflows exactly when `round(x·2^k)` does,
+/// for a format of `digits` significand bits and largest exponent `max_exp` (Rust's
+/// `MANTISSA_DIGITS`, `MAX_EXP`): an exact product that overflows is at least `2^max_exp`,
+/// whose distance to the rounding boundary (`MAX` plus half its ulp) is `2^(max_exp -
+/// digits - 1)`. `2^103` for f32, `2^970` for f64.
+fn sum_keeps_overflow(digits: u32, max_exp: i32) -> f64 {
+    2f64.powi(max_exp - digits as i32 - 1)
 }
