@@ -47,7 +47,11 @@ pub fn tables(r: &Report) -> String {
             "one row at a time"
         },
         match r.interleave_vectors {
-            Some(n) => format!("{n} vectors per iteration"),
+            Some(n) => format!(
+                "{n} vectors per iteration ({} for long store loops with few constants on \
+                 AVX-512)",
+                2 * n
+            ),
             None => "as the vectoriser interleaves".to_string(),
         }
     );
