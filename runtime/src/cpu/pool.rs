@@ -8,8 +8,8 @@
 //! chunks first, in order, then helps with the others' runs until no chunk is left. So, loop
 //! after loop, a thread mostly computes the same rows, and the next kernel of a plan finds the
 //! rows the last one wrote in that thread's own cache instead of another core's (on the AMD
-//! EPYC VM, against one shared counter: the unfused softmax plan over 1536 x 128 in 50 µs
-//! instead of 64–67, the unfused attention plan in 318–323 µs instead of 342–380;
+//! EPYC VM, against one shared counter: the unfused softmax plan over 1536 x 128 in 50–51 µs
+//! instead of 57–67, the unfused attention plan in 318–323 µs instead of 342–380;
 //! BENCHMARKS.md). Which thread runs which chunk still varies; what each chunk computes does
 //! not, and each output element belongs to exactly one chunk, so results are bitwise
 //! identical across runs, thread counts and grain sizes.
