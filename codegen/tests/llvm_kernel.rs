@@ -1456,6 +1456,73 @@ mod with_llvm {
 
     const SCALED_N: usize = 40;
 
+    /// How a scaled sum combines the product and the constant.
+    #[derive(Clone, Copy)]
+    struct ScaledSum {
+        op: BinaryOp,
+        mul_first: bool,
+    }
+
+    /// f32 and f64 for [`ScaledSum::mismatches`].
+    trait Float:
+        Copy
+        + Default
+        + std::fmt::LowerExp
+        + std::ops::Add<Output = Self>
+        + std::ops::Sub<Output = Self>
+    {
+        fn bits(self) -> u64;
+        fn nan(self) -> bool;
+    }
+
+    impl Float for f32 {
+        fn bits(self) -> u64 {
+            u64::from(self.to_bits())
+        }
+        fn nan(self) -> bool {
+            self.is_nan()
+        }
+    }
+
+    impl Float for f64 {
+        fn bits(self) -> u64 {
+            self.to_bits()
+        }
+        fn nan(self) -> bool {
+            self.is_nan()
+        }
+    }
+
+    impl ScaledSum {
+        /// Runs `kern` over `xs` and returns the outputs that differ from two roundings
+        /// (`scale(x)`, then `op` with `c`) in bits, any NaN matching any NaN.
+        fn mismatches<T: Float>(
+            self,
+            (compiled, kern, bufs): (&CompiledKernels, &Kernel, &mut Buffers),
+            xs: &[T],
+            scale: impl Fn(T) -> T,
+            c: T,
+        ) -> Vec<String> {
+            bufs.set(0, xs);
+            assert_eq!(run(compiled, 0, kern, bufs, 7), 0);
+            let got: Vec<T> = bufs.get(1);
+            xs.iter()
+                .zip(&got)
+                .filter_map(|(&x, &g)| {
+                    let p = scale(x);
+                    let w = match (self.op, self.mul_first) {
+                        (BinaryOp::Add, true) => p + c,
+                        (BinaryOp::Add, false) => c + p,
+                        (_, true) => p - c,
+                        (_, false) => c - p,
+                    };
+                    let same = g.bits() == w.bits() || (g.nan() && w.nan());
+                    (!same).then(|| format!("x {x:e}: {g:e} against {w:e}"))
+                })
+                .collect()
+        }
+    }
+
     /// `x·2^k ± c` with constant `2^k` (`k ≥ 0`) and `c` is emitted as one `llvm.fmuladd`
     /// (`scalar.rs`, `scaled_plus_constant`), which is exact as two roundings are: the product
     /// cannot round, and a product that overflows gives the same infinity either way while
@@ -1531,43 +1598,12 @@ mod with_llvm {
             assert_eq!(f.contains("@llvm.fmuladd."), fused, "{what}:\n{f}");
             let compiled = compile(&[&kern], &decls);
             let mut bufs = Buffers::new(&decls);
-            let bad: Vec<String> = if d == DType::F32 {
-                bufs.set(0, &x32);
-                assert_eq!(run(&compiled, 0, &kern, &mut bufs, 7), 0);
-                let got: Vec<f32> = bufs.get(1);
+            let form = ScaledSum { op, mul_first };
+            let bad = if d == DType::F32 {
                 let (k, c) = (k as f32, c as f32);
-                x32.iter()
-                    .zip(&got)
-                    .filter_map(|(&x, &g)| {
-                        let p = x * k;
-                        let w = match (op, mul_first) {
-                            (BinaryOp::Add, true) => p + c,
-                            (BinaryOp::Add, false) => c + p,
-                            (_, true) => p - c,
-                            (_, false) => c - p,
-                        };
-                        let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
-                        (!same).then(|| format!("x {x:e}: {g:e} against {w:e}"))
-                    })
-                    .collect()
+                form.mismatches((&compiled, &kern, &mut bufs), &x32, |x| x * k, c)
             } else {
-                bufs.set(0, &x64);
-                assert_eq!(run(&compiled, 0, &kern, &mut bufs, 7), 0);
-                let got: Vec<f64> = bufs.get(1);
-                x64.iter()
-                    .zip(&got)
-                    .filter_map(|(&x, &g)| {
-                        let p = x * k;
-                        let w = match (op, mul_first) {
-                            (BinaryOp::Add, true) => p + c,
-                            (BinaryOp::Add, false) => c + p,
-                            (_, true) => p - c,
-                            (_, false) => c - p,
-                        };
-                        let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
-                        (!same).then(|| format!("x {x:e}: {g:e} against {w:e}"))
-                    })
-                    .collect()
+                form.mismatches((&compiled, &kern, &mut bufs), &x64, |x| x * k, c)
             };
             assert!(bad.is_empty(), "{what}: {bad:?}");
             assert!(bufs.red_zones_intact(), "{what}");
