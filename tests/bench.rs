@@ -215,7 +215,7 @@ fn cli_writes_json_and_chart() {
     assert!(align >= 64 && align.is_power_of_two(), "{report}");
     assert!(
         stdout.contains(&format!(
-            "tensors of >= 1 MiB start on {align}-byte boundaries\n"
+            "tensors of >= 4 KiB start on {align}-byte boundaries\n"
         )),
         "{stdout}"
     );

@@ -1,5 +1,5 @@
-//! [`LargeAligned`]: a global allocator that gives large allocations (tensors) 64-byte
-//! alignment, which a binary opts into with one line:
+//! [`LargeAligned`]: a global allocator that gives allocations of a page or more (tensors)
+//! 64-byte alignment, which a binary opts into with one line:
 //!
 //! ```
 //! #[global_allocator]
@@ -20,7 +20,12 @@
 //! the first and last lines of each row are written with plain stores (a read of the line
 //! first), and its row loops peel and finish in scalar and half-width code. Measured on the
 //! 2-core development VM (BENCHMARKS.md), fused `x * 1.5` over 65536 x 768 ran at 26.7 GB/s on
-//! such tensors and 35.0 GB/s on 64-byte-aligned ones; softmax 24.1 and 26.2. PyTorch's CPU
+//! such tensors and 35.0 GB/s on 64-byte-aligned ones; softmax 24.1 and 26.2. Smaller tensors
+//! in cache pay too, on every vector load and store that straddles two lines, and by how much
+//! depended on where the heap happened to place them: with only blocks of ≥ 1 MiB aligned
+//! (before the thirtieth session), fused softmax over 1536 x 128 (786 KB) took 24.3–29.1 µs
+//! from run to run and add + layer_norm over 128 x 768 14.3–16.8 µs; with every block of a
+//! page or more aligned, 25.2–27.3 and 13.4–14.2 µs (Intel host, BENCHMARKS.md). PyTorch's CPU
 //! allocator aligns every tensor to 64 bytes for the same reason.
 //!
 //! What it does: a request of at least [`LARGE`] bytes whose alignment is at most a page gets
@@ -45,8 +50,10 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Requests of at least this many bytes are aligned to [`ALIGN`] (1 MiB).
-pub const LARGE: usize = 1 << 20;
+/// Requests of at least this many bytes are aligned to [`ALIGN`] (4 KiB, a page: any tensor
+/// a kernel spends measurable time on; below it, strings and small vectors keep the system
+/// allocator's plain route, its in-place `realloc` included).
+pub const LARGE: usize = 4 << 10;
 
 /// Requests of at least this many bytes are mapped from the OS (32 MiB: glibc maps every
 /// request this large itself, so this changes only where the data starts in the mapping).

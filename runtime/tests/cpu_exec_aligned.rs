@@ -25,11 +25,12 @@ fn aligned(t: &mut HostTensor) -> bool {
 }
 
 /// Bias + tanh over rows (an elementwise kernel with a row structure) and softmax (a row
-/// kernel), at sizes on each side of the allocator's routes: 6 MB (an aligned heap block) and
-/// 50 MB (a mapping), both past the 16 MiB streaming-store threshold in the second case.
+/// kernel), at sizes on each side of the allocator's routes: 24 KB and 6 MB (aligned heap
+/// blocks, the first in cache) and 50 MB (a mapping), both past the 16 MiB streaming-store
+/// threshold in the last case.
 #[test]
 fn large_tensors_are_aligned_and_kernels_agree() {
-    for rows in [2048usize, 16384] {
+    for rows in [8usize, 2048, 16384] {
         let cols = 768;
         let t = Tracer::new();
         let x = t.input("x", DType::F32, [rows, cols]).unwrap();

@@ -58,14 +58,16 @@ pub fn tables(r: &Report) -> String {
     let _ = if r.tensor_alignment >= 64 {
         writeln!(
             s,
-            "tensors of >= 1 MiB start on {}-byte boundaries",
+            "tensors of >= {} KiB start on {}-byte boundaries",
+            smelt_runtime::alloc::LARGE >> 10,
             r.tensor_alignment
         )
     } else {
         writeln!(
             s,
-            "tensors of >= 1 MiB start on {}-byte boundaries: this process's global allocator \
+            "tensors of >= {} KiB start on {}-byte boundaries: this process's global allocator \
              is not smelt::LargeAligned, and memory-bound kernels run slower on them",
+            smelt_runtime::alloc::LARGE >> 10,
             r.tensor_alignment
         )
     };
