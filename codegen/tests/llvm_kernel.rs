@@ -789,6 +789,53 @@ mod with_llvm {
         }
     }
 
+    /// Where a later pass over the row computes a transcendental op (softmax's `exp`, and the
+    /// `erf` of GELU before a softmax), the row prefetches leave the first pass (the max, a
+    /// tight loop of loads) to the later, arithmetic-heavy one (`prefetch.rs`): in the row
+    /// kernel over data out of cache, some vector loads from the buffers carry no prefetch
+    /// (the max pass's) while others do. Where every pass is light (layer_norm), every such
+    /// load keeps its prefetch. Loads from the buffers are the ones with an `!alias.scope`
+    /// (the `noalias` parameters' scopes once the body is inlined); the stack's have none.
+    #[test]
+    fn row_prefetches_leave_the_first_pass_when_a_later_one_computes_exp() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let rows = (5 << 20) / (4 * 768) + 1;
+        for (name, build) in row_builds() {
+            let program = row_program(build, rows, 768);
+            let row = program
+                .kernels()
+                .find(|k| {
+                    k.stages
+                        .iter()
+                        .any(|s| matches!(s.effect, StageEffect::Reduce { .. }))
+                })
+                .expect("a row kernel");
+            let options = avx512(&JitOptions::default());
+            let ir = optimized_kernel_ir(row, &program.buffers, &options).unwrap();
+            let lines: Vec<&str> = ir.lines().collect();
+            let (mut with, mut without) = (0, 0);
+            for (i, l) in lines.iter().enumerate() {
+                if !(l.contains(" = load <") && l.contains("!alias.scope")) {
+                    continue;
+                }
+                let prefetched = i > 0 && lines[i - 1].contains("@llvm.prefetch");
+                if prefetched {
+                    with += 1;
+                } else {
+                    without += 1;
+                }
+            }
+            assert!(with > 0, "{name}: no load prefetches\n{ir}");
+            if name == "layer_norm" {
+                assert_eq!(without, 0, "{name}: loads without a prefetch\n{ir}");
+            } else {
+                assert!(without > 0, "{name}: the first pass prefetches\n{ir}");
+            }
+        }
+    }
+
     /// A streaming store loop's head (up to the first 64-byte boundary) and tail (after the
     /// last whole group of four lines) run as masked vectors on AVX-512, not as scalar or
     /// half-width loops: rows of 203 floats have both, at any alignment, in the elementwise

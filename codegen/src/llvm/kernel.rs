@@ -69,7 +69,7 @@ pub use interleave::{interleaves, INTERLEAVE_MAX_BYTES, INTERLEAVE_MAX_ROW};
 
 use access::check_affine_bounds;
 pub(crate) use prefetch::insert_prefetches;
-use prefetch::{row_distance, PREFETCH_ATTR};
+use prefetch::{first_pass_loads, row_distance, FIRST_PASS_ATTR, PREFETCH_ATTR};
 pub(crate) use scalef::inline_after_vectorizing;
 pub use scalef::Scalef;
 pub(crate) use stream::mark_streaming_stores;
@@ -472,6 +472,12 @@ pub fn build_kernel<'ctx>(
             AttributeLoc::Function,
             ctx.create_string_attribute(PREFETCH_ATTR, &distance.to_string()),
         );
+        if let Some(first) = first_pass_loads(kernel) {
+            entry_fn.add_attribute(
+                AttributeLoc::Function,
+                ctx.create_string_attribute(FIRST_PASS_ATTR, &first),
+            );
+        }
     }
 
     let builder = ctx.create_builder();
@@ -505,6 +511,10 @@ pub fn build_kernel<'ctx>(
         interleave: options.interleave_rows && interleave::interleaves(kernel, buffers),
         interleave_vectors: options.interleave_vectors,
         reduce_group: reduce_group(options.interleave_vectors, kernel, buffers),
+        tag_stage_loads: options.row_prefetch
+            && row_distance(kernel, buffers).is_some()
+            && first_pass_loads(kernel).is_some(),
+        stage_index: 0,
     };
     // Per-element scratch of values kept across stages (see `reuse`), in the entry block:
     // one row's, or two rows' when they are interleaved.
@@ -654,6 +664,11 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub interleave_vectors: Option<u32>,
     /// How many blocks a split reduction computes side by side ([`reduce_group`]).
     pub reduce_group: u32,
+    /// Whether loads carry the stage and buffer they belong to (a row kernel with its own
+    /// prefetch distance; see `prefetch::tag_load`).
+    pub tag_stage_loads: bool,
+    /// The index in `kernel.stages` of the stage being emitted.
+    pub stage_index: usize,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
@@ -752,6 +767,12 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// One stage at the outer index `outer_vars`.
     pub(crate) fn stage(&mut self, stage: &Stage, outer_vars: &[IntValue<'ctx>]) -> Result<()> {
         self.vars = outer_vars.to_vec();
+        self.stage_index = self
+            .kernel
+            .stages
+            .iter()
+            .position(|s| std::ptr::eq(s, stage))
+            .unwrap_or(0);
         match &stage.effect {
             StageEffect::Reduce {
                 value,

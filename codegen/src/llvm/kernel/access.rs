@@ -4,7 +4,7 @@
 
 use super::{bad, storage_type, Emitter, Val};
 use crate::llvm::error::Result;
-use inkwell::values::{IntValue, PointerValue};
+use inkwell::values::{BasicValue, IntValue, PointerValue};
 use inkwell::{AtomicOrdering, AtomicRMWBinOp, IntPredicate};
 use smelt_passes::kernel::{Access, BufferDecl, BufferId, InstOp, Kernel, StageEffect, Ty};
 
@@ -171,6 +171,11 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 }
             }
         };
+        if self.tag_stage_loads && self.stage_index > 0 {
+            if let Some(inst) = raw.as_instruction_value() {
+                super::prefetch::tag_load(self.ctx, inst, self.stage_index, buffer)?;
+            }
+        }
         let v = self.load_value(decl.dtype, raw)?;
         Ok(Val { v, ty })
     }

@@ -25,6 +25,25 @@
 //! cache). Measured on the 2-core VM (BENCHMARKS.md,
 //! `smelt bench --compare row-prefetch`).
 //!
+//! Which pass requests the rows ahead matters as much as how far ahead. The first pass over a
+//! row (softmax's max) is a tight loop of loads; were its loads to carry the prefetches, the
+//! row two further on would be requested in one burst that stalls that loop on the core's few
+//! line-fill buffers, and nothing would be requested during the arithmetic of the later passes
+//! (softmax's `exp`), so memory traffic and arithmetic would again add up. So in a row kernel
+//! the first stage's loads of a buffer that a later stage loads again get no prefetch: the
+//! later, arithmetic-heavy pass alone requests the lines, spread over its arithmetic. A probe
+//! in C of softmax over 65536 x 768 on the Intel host ran in 8.8 ms that way against 11.1 ms
+//! with both passes prefetching (BENCHMARKS.md). The kernel IR's stages are gone once LLVM has
+//! optimised the function, so the kernel carries the buffers its first stage loads as the
+//! attribute [`FIRST_PASS_ATTR`], and each load of a later stage carries its stage and buffer
+//! in an alias scope of its own ([`tag_load`]): LLVM keeps alias scopes through vectorising,
+//! unrolling and inlining, and no `!noalias` names these scopes, so they change no alias
+//! query. Where every buffer of the first stage has a tagged load after optimisation, only
+//! tagged loads get prefetches; otherwise (a first-stage buffer read from nowhere else, or a
+//! tag LLVM dropped) every load keeps its prefetch, as before. (The first stage's own loads
+//! cannot carry a tag: softmax's max pass is a copy into the reduction's lanes, which LLVM
+//! turns into a `memcpy` and back, dropping the loads' metadata.)
+//!
 //! A prefetch never faults and never changes a value: the address may lie past the end of a
 //! buffer (it is computed with a plain, not `inbounds`, GEP, so it is not poison either), and
 //! the kernel's results are the same bits with and without. Measured side by side
@@ -39,12 +58,96 @@ use crate::llvm::error::Result;
 use crate::llvm::options::JitOptions;
 use crate::llvm::options::{ROW_PREFETCH_MAX_BYTES, ROW_PREFETCH_ROWS};
 use inkwell::attributes::AttributeLoc;
+use inkwell::context::Context;
 use inkwell::module::Module;
 use inkwell::targets::TargetData;
 use inkwell::types::{AnyTypeEnum, BasicType};
-use inkwell::values::{BasicValueEnum, InstructionOpcode, InstructionValue, Operand};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValueEnum, InstructionOpcode, InstructionValue, MetadataValue,
+    Operand,
+};
 use inkwell::AddressSpace;
-use smelt_passes::kernel::{Access, BufferDecl, InstOp, Kernel, StageEffect};
+use smelt_passes::kernel::{Access, BufferDecl, BufferId, InstOp, Kernel, StageEffect};
+use std::collections::HashSet;
+
+/// The prefix of the alias scopes [`tag_load`] gives loads: `smelt.load.s{stage}.b{buffer}`.
+const TAG_PREFIX: &str = "smelt.load.s";
+
+/// The function attribute of a row kernel (one with [`PREFETCH_ATTR`]) listing the buffers
+/// its first stage loads, as decimal ids separated by commas ([`first_pass_loads`]).
+pub(crate) const FIRST_PASS_ATTR: &str = "smelt-first-pass-loads";
+
+/// The buffers `kernel`'s first stage loads, for [`FIRST_PASS_ATTR`], where a later stage
+/// computes a transcendental op (`exp`, `tanh`, …; see the module docs): `None` where none
+/// does. Where every pass is light (layer_norm: sums, a subtraction, a multiply-add), the
+/// first pass's prefetches were the better place: moving them to the later passes made
+/// add + layer_norm over 65536 x 768 about 5% slower on the Intel host.
+pub(crate) fn first_pass_loads(kernel: &Kernel) -> Option<String> {
+    let (first, later) = kernel.stages.split_first()?;
+    let heavy = later
+        .iter()
+        .flat_map(|s| &s.body)
+        .any(|inst| super::reuse::transcendental(&inst.op));
+    if !heavy {
+        return None;
+    }
+    let mut ids: Vec<u32> = first
+        .body
+        .iter()
+        .filter_map(|inst| match &inst.op {
+            InstOp::Load { buffer, .. } => Some(buffer.0),
+            _ => None,
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    Some(ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+}
+
+/// Marks `load` as one of stage `stage`'s loads of `buffer` (see the module docs): an alias
+/// scope named after both, in a domain of its own.
+pub(crate) fn tag_load(
+    ctx: &Context,
+    load: InstructionValue<'_>,
+    stage: usize,
+    buffer: BufferId,
+) -> Result<()> {
+    let domain = ctx.metadata_node(&[ctx.metadata_string("smelt.load").into()]);
+    let name = format!("{TAG_PREFIX}{stage}.b{}", buffer.0);
+    let scope = ctx.metadata_node(&[ctx.metadata_string(&name).into(), domain.into()]);
+    let list = ctx.metadata_node(&[scope.into()]);
+    load.set_metadata(list, ctx.get_kind_id("alias.scope"))
+        .map_err(|e| crate::llvm::LlvmError::Build {
+            message: format!("tagging a load: {e}"),
+        })
+}
+
+/// The (stage, buffer) tags [`tag_load`] left on `inst`, as LLVM kept them.
+fn load_tags(inst: InstructionValue<'_>, kind: u32) -> Vec<(usize, u32)> {
+    let Some(list) = inst.get_metadata(kind) else {
+        return Vec::new();
+    };
+    let name = |m: MetadataValue<'_>| -> Option<String> {
+        match m.get_node_values()?.first()? {
+            BasicMetadataValueEnum::MetadataValue(s) if s.is_string() => {
+                Some(std::str::from_utf8(s.get_string_value()?).ok()?.to_string())
+            }
+            _ => None,
+        }
+    };
+    list.get_node_values()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|scope| match scope {
+            BasicMetadataValueEnum::MetadataValue(m) if m.is_node() => name(m),
+            _ => None,
+        })
+        .filter_map(|n| {
+            let (s, b) = n.strip_prefix(TAG_PREFIX)?.split_once(".b")?;
+            Some((s.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
 
 /// The function attribute holding a kernel's own prefetch distance in bytes (decimal), set by
 /// `build_kernel` from [`row_distance`].
@@ -116,6 +219,7 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
             .fn_type(&[i8p.into(), i32t.into(), i32t.into(), i32t.into()], false),
     );
     let nontemporal = ctx.get_kind_id("nontemporal");
+    let alias_scope = ctx.get_kind_id("alias.scope");
     let b = ctx.create_builder();
     for f in module.get_functions() {
         let own = f
@@ -123,6 +227,25 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
             .and_then(|a| a.get_string_value().to_str().ok()?.parse::<u32>().ok());
         let ahead = own.map_or(distance, |own| own.max(distance));
         let ahead = ctx.i64_type().const_int(u64::from(ahead), false);
+        // A row kernel whose first stage's buffers are all loaded again by later stages: only
+        // those later loads prefetch (see the module docs).
+        let first: Option<HashSet<u32>> = own.and_then(|_| {
+            let a = f.get_string_attribute(AttributeLoc::Function, FIRST_PASS_ATTR)?;
+            let s = a.get_string_value().to_str().ok()?;
+            s.split(',').map(|b| b.parse().ok()).collect()
+        });
+        let mut reloaded = HashSet::new();
+        if first.is_some() {
+            for bb in f.get_basic_blocks() {
+                let mut next = bb.get_first_instruction();
+                while let Some(inst) = next {
+                    next = inst.get_next_instruction();
+                    let tags = load_tags(inst, alias_scope);
+                    reloaded.extend(tags.iter().filter(|t| t.0 > 0).map(|t| t.1));
+                }
+            }
+        }
+        let later_only = first.is_some_and(|f| !f.is_empty() && f.is_subset(&reloaded));
         for bb in f.get_basic_blocks() {
             let mut next = bb.get_first_instruction();
             while let Some(inst) = next {
@@ -130,6 +253,9 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
                 let Some((p, write)) = line_access(&data, inst) else {
                     continue;
                 };
+                if later_only && !write && !load_tags(inst, alias_scope).iter().any(|t| t.0 > 0) {
+                    continue;
+                }
                 // A streaming store (`stream.rs`) writes its line without reading it: a write
                 // prefetch would fetch the line it avoids.
                 if write && inst.get_metadata(nontemporal).is_some() {

@@ -25,7 +25,7 @@ pub(crate) struct Kept {
     pub ty: Ty,
 }
 
-fn transcendental(op: &InstOp) -> bool {
+pub(crate) fn transcendental(op: &InstOp) -> bool {
     matches!(
         op,
         InstOp::Unary(
