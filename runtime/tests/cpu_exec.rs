@@ -120,12 +120,23 @@ fn elementwise_chains_match_the_interpreter() {
 
 /// softmax over the last axis of `[rows, n]`: max, sum of exp, store.
 fn softmax_program(d: DType, rows: usize, n: usize) -> Program {
+    softmax_program_with(d, rows, n, false)
+}
+
+/// [`softmax_program`]; with `max_of_y`, the row maximum is taken of a second input `y` (of
+/// the same shape) instead of `x`.
+fn softmax_program_with(d: DType, rows: usize, n: usize, max_of_y: bool) -> Program {
     let mut p = P::default();
     let x = p.input("x", d, rows * n);
+    let m_src = if max_of_y {
+        p.input("y", d, rows * n)
+    } else {
+        x
+    };
     let o = p.temp(d, rows * n);
     let f = DType::F32;
     let mut b1 = Body::default();
-    let v = b1.load(d, x, 0, &[n as i64, 1]);
+    let v = b1.load(d, m_src, 0, &[n as i64, 1]);
     let vf = b1.push(Ty::Data(f), InstOp::Cast(v));
     let mx = b1.fresh();
     let mut b2 = Body::after(&b1);
@@ -144,7 +155,8 @@ fn softmax_program(d: DType, rows: usize, n: usize) -> Program {
     let q = b3.bin(f, BinaryOp::Div, e3, sum);
     let qd = b3.push(Ty::Data(d), InstOp::Cast(q));
     let s3 = b3.store_stage(&[n], vec![(o, affine(0, &[n as i64, 1]), qd)]);
-    p.kernel(kernel("k_softmax", &[x], &[o], &[rows], vec![s1, s2, s3]));
+    let reads = if max_of_y { vec![x, m_src] } else { vec![x] };
+    p.kernel(kernel("k_softmax", &reads, &[o], &[rows], vec![s1, s2, s3]));
     p.output("y", o);
     p.build()
 }
@@ -182,6 +194,59 @@ fn softmax_rows_match_the_interpreter() {
             default_tol(d)
         };
         check_close(&format!("softmax {d}"), &got[0], &want[0].1, rt, at).unwrap();
+    }
+}
+
+/// Softmax's `exp(x - max(x))` skips `exp`'s upper limit (`reuse::nonpositive` in the
+/// codegen: the argument is `≤ 0` or NaN), and gives the same bits as `exp(x - max(y))` with
+/// `y` bound to the same data, where nothing is known about the argument and the limit stays:
+/// rows of random values, of huge ones, with NaN, both infinities and signed zeros, short
+/// rows (reduced in order) and long ones (split reductions), 1 and 3 threads. The optimised IR
+/// shows which kernel has the upper limit (`fcmp ogt` against `104.0`).
+#[test]
+fn softmax_exp_without_its_upper_limit_gives_the_same_bits() {
+    use smelt_codegen::llvm::kernel::optimized_kernel_ir;
+    use smelt_codegen::llvm::JitOptions;
+    let upper = |program: &Program| -> bool {
+        let k = program.kernels().next().unwrap();
+        let ir = optimized_kernel_ir(k, &program.buffers, &JitOptions::default()).unwrap();
+        ir.lines()
+            .any(|l| l.contains("fcmp ogt") && l.contains("float 1.040000e+02"))
+    };
+    let bits = |t: &HostTensor| -> Vec<u32> {
+        t.to_f32_vec()
+            .iter()
+            .map(|v| if v.is_nan() { u32::MAX } else { v.to_bits() })
+            .collect()
+    };
+    for n in [10, 301] {
+        let rows = 8;
+        let mut v = floats(rows * n, 17, 30.0, true);
+        for (j, x) in v[n..2 * n].iter_mut().enumerate() {
+            *x = if j % 2 == 0 { 3.0e38 } else { -3.0e38 };
+        }
+        v[2 * n..3 * n].fill(-0.0);
+        v[2 * n + 1] = 0.0;
+        v[3 * n..4 * n].fill(f64::NEG_INFINITY);
+        v[4 * n + 2] = f64::INFINITY;
+        v[5 * n + 3] = f64::NAN;
+        for x in &mut v[6 * n..7 * n] {
+            *x *= 1e-40;
+        }
+        let x = tensor(DType::F32, &[rows, n], &v);
+        let inputs = bind(&[("x", &x), ("y", &x)]);
+        let known = softmax_program_with(DType::F32, rows, n, false);
+        let unknown = softmax_program_with(DType::F32, rows, n, true);
+        assert!(!upper(&known), "n {n}: x - max(x) kept exp's upper limit");
+        assert!(upper(&unknown), "n {n}: x - max(y) lost exp's upper limit");
+        for threads in [1, 3] {
+            let a = run(&known, &inputs, threads);
+            let b = run(&unknown, &inputs, threads);
+            assert!(
+                bits(&a[0]) == bits(&b[0]),
+                "n {n}, {threads} threads: the bits differ"
+            );
+        }
     }
 }
 

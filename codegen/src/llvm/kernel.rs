@@ -91,7 +91,7 @@ use smelt_passes::kernel::{
     Access, BufferDecl, BufferId, IndexWidth, Inst, Kernel, Program, Stage, StageEffect, Ty,
     ValueId,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The value of one loop hint (`!{!"name", value}` in a loop ID).
 #[derive(Clone, Copy, Debug)]
@@ -511,6 +511,7 @@ pub fn build_kernel<'ctx>(
         interleave: options.interleave_rows && interleave::interleaves(kernel, buffers),
         interleave_vectors: options.interleave_vectors,
         reduce_group: reduce_group(options.interleave_vectors, kernel, buffers),
+        nonpositive: reuse::nonpositive(kernel),
         tag_stage_loads: options.row_prefetch
             && row_distance(kernel, buffers).is_some()
             && first_pass_loads(kernel).is_some(),
@@ -664,6 +665,8 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub interleave_vectors: Option<u32>,
     /// How many blocks a split reduction computes side by side ([`reduce_group`]).
     pub reduce_group: u32,
+    /// Values known to be `≤ 0` or NaN (`reuse::nonpositive`), whose `exp` needs no upper limit.
+    pub nonpositive: HashSet<ValueId>,
     /// Whether loads carry the stage and buffer they belong to (a row kernel with its own
     /// prefetch distance; see `prefetch::tag_load`).
     pub tag_stage_loads: bool,

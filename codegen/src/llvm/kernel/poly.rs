@@ -203,6 +203,21 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         self.exp_in_range(xc)
     }
 
+    /// `exp(x)` for an f32 `x` known to be `≤ 0` or NaN (`reuse::nonpositive`): as
+    /// [`Self::exp_poly`] without the upper limit, which could not change such an `x`: the
+    /// same bits, one `minps` fewer.
+    pub(crate) fn exp_poly_nonpositive(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        let lo = self.k32(-EXP_CLAMP);
+        let below = self
+            .b
+            .build_float_compare(FloatPredicate::OLT, x, lo, "lk.lt")?;
+        let xc = self
+            .b
+            .build_select(below, lo, x, "lk.lo")?
+            .into_float_value();
+        self.exp_in_range(xc)
+    }
+
     /// `tanh(x)` for an f32 `x` (see the module docs): `E/(E + 2)` with `E = e^(2|x|) - 1`,
     /// `x`'s sign.
     pub(crate) fn tanh_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {

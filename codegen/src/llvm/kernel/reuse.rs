@@ -9,9 +9,9 @@
 //! the kernel writes. The stored value is the one the store stage would compute (same
 //! instructions on the same inputs), so results do not change, bit for bit.
 
-use smelt_ir::UnaryOp;
-use smelt_passes::kernel::{Access, Inst, InstOp, Kernel, StageEffect, Ty, ValueId};
-use std::collections::HashMap;
+use smelt_ir::{BinaryOp, UnaryOp};
+use smelt_passes::kernel::{Access, Combiner, Inst, InstOp, Kernel, StageEffect, Ty, ValueId};
+use std::collections::{HashMap, HashSet};
 
 /// The largest per-element scratch buffer (bytes), on the kernel's stack.
 pub(crate) const MAX_BYTES: usize = 32 << 10;
@@ -180,4 +180,53 @@ pub(crate) fn plan(kernel: &Kernel) -> Vec<Kept> {
         }
     }
     kept
+}
+
+/// The values of `kernel` known to be `≤ 0` or NaN: `x - max(x)`, a subtraction whose right
+/// operand is the result of an earlier `Max` reduction stage over the same inner dims and whose
+/// left operand is, structurally ([`keys`]), the very value that stage reduced. Every element
+/// `x` of the row is at most the row's maximum (or the maximum is NaN), so the difference is
+/// `≤ 0` (IEEE subtraction of `a ≤ b` never rounds above zero), `-inf` or NaN. `exp` of such a
+/// value needs no upper limit (`Emitter::exp_poly_nonpositive`): softmax's `exp(x - max(x))`
+/// saves one vector `min` per 16 elements, with the same bits.
+pub(crate) fn nonpositive(kernel: &Kernel) -> HashSet<ValueId> {
+    let mut ids = HashMap::new();
+    let stage_keys: Vec<HashMap<ValueId, usize>> = kernel
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(s, st)| keys(kernel, s, &st.body, &mut ids))
+        .collect();
+    let mut out = HashSet::new();
+    for (s, st) in kernel.stages.iter().enumerate() {
+        for inst in &st.body {
+            let (Ty::Data(d), InstOp::Binary(BinaryOp::Sub, a, m)) = (inst.ty, &inst.op) else {
+                continue;
+            };
+            if !d.is_float() {
+                continue;
+            }
+            let reduced = kernel.stages[..s].iter().enumerate().any(|(r, rst)| {
+                let StageEffect::Reduce {
+                    value,
+                    combiner: Combiner::Max,
+                    result,
+                    ..
+                } = rst.effect
+                else {
+                    return false;
+                };
+                result == *m
+                    && rst.inner == st.inner
+                    && matches!(
+                        (stage_keys[r].get(&value), stage_keys[s].get(a)),
+                        (Some(x), Some(y)) if x == y
+                    )
+            });
+            if reduced {
+                out.insert(inst.dst);
+            }
+        }
+    }
+    out
 }

@@ -139,6 +139,17 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             }
             InstOp::Const(s) => self.constant(inst.ty, *s)?,
             InstOp::Load { buffer, access } => self.load(*buffer, access, inst.ty)?.v,
+            InstOp::Unary(UnaryOp::Exp, xid)
+                if self.math == MathMode::Polynomial
+                    && inst.ty == Ty::Data(DType::F32)
+                    && self.nonpositive.contains(xid) =>
+            {
+                let x = self.value(*xid)?;
+                if x.ty != inst.ty {
+                    return Err(self.err(format!("exp of {:?} as {:?}", x.ty, inst.ty)));
+                }
+                self.exp_poly_nonpositive(x.v.into_float_value())?.into()
+            }
             InstOp::Unary(op, x) => {
                 let x = self.value(*x)?;
                 self.unary(*op, x, inst.ty)?
