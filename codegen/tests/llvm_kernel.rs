@@ -757,11 +757,7 @@ mod with_llvm {
                 let ks: Vec<&Kernel> = program.kernels().collect();
                 let row = ks
                     .iter()
-                    .position(|k| {
-                        k.stages
-                            .iter()
-                            .any(|s| matches!(s.effect, StageEffect::Reduce { .. }))
-                    })
+                    .position(|k| has_reduction(k))
                     .expect("a row kernel");
                 let what = format!("{name} over {rows} rows of {cols}");
                 let with =
@@ -806,11 +802,7 @@ mod with_llvm {
             let program = row_program(build, rows, 768);
             let row = program
                 .kernels()
-                .find(|k| {
-                    k.stages
-                        .iter()
-                        .any(|s| matches!(s.effect, StageEffect::Reduce { .. }))
-                })
+                .find(|k| has_reduction(k))
                 .expect("a row kernel");
             let options = avx512(&JitOptions::default());
             let ir = optimized_kernel_ir(row, &program.buffers, &options).unwrap();
@@ -998,6 +990,13 @@ mod with_llvm {
                 g.softmax(-1).unwrap()
             }),
         ]
+    }
+
+    /// Whether `k` has a reduction stage (a row kernel, in [`row_program`]'s programs).
+    fn has_reduction(k: &Kernel) -> bool {
+        k.stages
+            .iter()
+            .any(|s| matches!(s.effect, StageEffect::Reduce { .. }))
     }
 
     /// `build` at `rows x cols`, traced, optimised and lowered.

@@ -106,15 +106,21 @@ fn keys(
     out
 }
 
-/// The values `kernel`'s store stages can read back from its reduction stages.
-pub(crate) fn plan(kernel: &Kernel) -> Vec<Kept> {
+/// Every stage's structural keys ([`keys`]), interned together: equal keys in two stages,
+/// equal values.
+fn all_keys(kernel: &Kernel) -> Vec<HashMap<ValueId, usize>> {
     let mut ids = HashMap::new();
-    let stage_keys: Vec<HashMap<ValueId, usize>> = kernel
+    kernel
         .stages
         .iter()
         .enumerate()
         .map(|(s, st)| keys(kernel, s, &st.body, &mut ids))
-        .collect();
+        .collect()
+}
+
+/// The values `kernel`'s store stages can read back from its reduction stages.
+pub(crate) fn plan(kernel: &Kernel) -> Vec<Kept> {
+    let stage_keys = all_keys(kernel);
     let mut kept = Vec::new();
     for (s, st) in kernel.stages.iter().enumerate() {
         let StageEffect::Store(stores) = &st.effect else {
@@ -190,13 +196,7 @@ pub(crate) fn plan(kernel: &Kernel) -> Vec<Kept> {
 /// value needs no upper limit (`Emitter::exp_poly_nonpositive`): softmax's `exp(x - max(x))`
 /// saves one vector `min` per 16 elements, with the same bits.
 pub(crate) fn nonpositive(kernel: &Kernel) -> HashSet<ValueId> {
-    let mut ids = HashMap::new();
-    let stage_keys: Vec<HashMap<ValueId, usize>> = kernel
-        .stages
-        .iter()
-        .enumerate()
-        .map(|(s, st)| keys(kernel, s, &st.body, &mut ids))
-        .collect();
+    let stage_keys = all_keys(kernel);
     let mut out = HashSet::new();
     for (s, st) in kernel.stages.iter().enumerate() {
         for inst in &st.body {
