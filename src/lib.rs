@@ -108,6 +108,12 @@ pub struct Options {
     /// default, which keeps memory busy while a row in cache is computed). Values are the
     /// same either way.
     pub no_row_prefetch: bool,
+    /// On the CPU: row kernels whose later pass computes a transcendental op (softmax's `exp`)
+    /// also prefetch in their first pass, as before the thirtieth session
+    /// ([`smelt_codegen::llvm::JitOptions::first_pass_prefetch`]; by default the later pass
+    /// alone requests the rows ahead, spread over its arithmetic). Values are the same either
+    /// way. `smelt bench --compare first-pass-prefetch` measures it.
+    pub first_pass_prefetch: bool,
     /// On the CPU: plain stores everywhere. By default kernels whose outputs are all at least
     /// 16 MiB write whole cache lines with streaming (non-temporal) stores, which skip the
     /// read of each line a plain store does first
@@ -169,6 +175,7 @@ impl Options {
                 defaults.prefetch_bytes
             },
             row_prefetch: !self.no_row_prefetch,
+            first_pass_prefetch: self.first_pass_prefetch,
             nontemporal_min_bytes: if self.no_streaming_stores {
                 None
             } else {

@@ -172,8 +172,8 @@ enum Command {
         /// Instead of fused vs unfused: each case's fused plan as the other flags say (A)
         /// against the same with KNOB flipped (B), called alternately in one process, with
         /// A/B and whether their outputs have the same bits. KNOB: streaming-stores,
-        /// prefetch, row-prefetch, libm-math, fast-math, interleave-rows, interleave-vectors
-        /// or gemm-panel-rows.
+        /// prefetch, row-prefetch, first-pass-prefetch, libm-math, fast-math,
+        /// interleave-rows, interleave-vectors or gemm-panel-rows.
         #[arg(long, value_name = "KNOB", value_parser = |s: &str| s.parse::<smelt::bench::compare::Knob>())]
         compare: Option<smelt::bench::compare::Knob>,
     },

@@ -22,6 +22,8 @@ pub enum Knob {
     Prefetch,
     /// Row kernels prefetching rows ahead ([`Options::no_row_prefetch`]).
     RowPrefetch,
+    /// Row kernels prefetching in their first pass too ([`Options::first_pass_prefetch`]).
+    FirstPassPrefetch,
     /// [`Options::math`]: the default polynomials against the C library's algorithms.
     LibmMath,
     /// [`Options::fast_math`]: rewrites that may change rounding.
@@ -41,10 +43,11 @@ pub const PANEL_ROWS_BEFORE: usize = 64;
 
 impl Knob {
     /// Every knob, in the order the CLI lists them.
-    pub const ALL: [Knob; 8] = [
+    pub const ALL: [Knob; 9] = [
         Knob::StreamingStores,
         Knob::Prefetch,
         Knob::RowPrefetch,
+        Knob::FirstPassPrefetch,
         Knob::LibmMath,
         Knob::FastMath,
         Knob::InterleaveRows,
@@ -64,6 +67,7 @@ impl Knob {
             Knob::StreamingStores => o.no_streaming_stores = !o.no_streaming_stores,
             Knob::Prefetch => o.no_prefetch = !o.no_prefetch,
             Knob::RowPrefetch => o.no_row_prefetch = !o.no_row_prefetch,
+            Knob::FirstPassPrefetch => o.first_pass_prefetch = !o.first_pass_prefetch,
             Knob::LibmMath => {
                 o.math = match o.math {
                     MathMode::Polynomial => MathMode::Libm,
@@ -97,6 +101,11 @@ impl Knob {
                 j if j.row_prefetch => "row kernels two rows ahead".into(),
                 _ => "row kernels 2 KiB ahead".into(),
             },
+            Knob::FirstPassPrefetch => match options.jit_options() {
+                j if j.prefetch_bytes.is_none() || !j.row_prefetch => "no row prefetch".into(),
+                j if j.first_pass_prefetch => "every pass prefetches".into(),
+                _ => "the exp pass prefetches".into(),
+            },
             Knob::LibmMath => format!("{} math", options.math),
             Knob::FastMath if options.fast_math => "fast-math".into(),
             Knob::FastMath => "strict math".into(),
@@ -122,6 +131,7 @@ impl fmt::Display for Knob {
             Knob::StreamingStores => "streaming-stores",
             Knob::Prefetch => "prefetch",
             Knob::RowPrefetch => "row-prefetch",
+            Knob::FirstPassPrefetch => "first-pass-prefetch",
             Knob::LibmMath => "libm-math",
             Knob::FastMath => "fast-math",
             Knob::InterleaveRows => "interleave-rows",

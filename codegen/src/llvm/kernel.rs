@@ -343,6 +343,9 @@ pub struct KernelOptions {
     /// Row kernels prefetch whole rows ahead (see `prefetch::row_distance`); only marks the
     /// kernel, the prefetches themselves are inserted after optimisation.
     pub row_prefetch: bool,
+    /// Row kernels keep their first pass's prefetches where a later pass computes a
+    /// transcendental op (`JitOptions::first_pass_prefetch`; see `prefetch::first_pass_loads`).
+    pub first_pass_prefetch: bool,
     /// The vectoriser's interleave count for store loops (`llvm.loop.interleave.count`;
     /// `None`: its own choice). See `JitOptions::interleave_vectors`.
     pub interleave_vectors: Option<u32>,
@@ -360,6 +363,7 @@ impl KernelOptions {
             scalef: Scalef::for_features(&features),
             interleave_rows: options.interleave_rows,
             row_prefetch: options.row_prefetch,
+            first_pass_prefetch: options.first_pass_prefetch,
             interleave_vectors: options.interleave_vectors,
         })
     }
@@ -472,7 +476,7 @@ pub fn build_kernel<'ctx>(
             AttributeLoc::Function,
             ctx.create_string_attribute(PREFETCH_ATTR, &distance.to_string()),
         );
-        if let Some(first) = first_pass_loads(kernel) {
+        if let Some(first) = first_pass_loads(kernel).filter(|_| !options.first_pass_prefetch) {
             entry_fn.add_attribute(
                 AttributeLoc::Function,
                 ctx.create_string_attribute(FIRST_PASS_ATTR, &first),
@@ -513,6 +517,7 @@ pub fn build_kernel<'ctx>(
         reduce_group: reduce_group(options.interleave_vectors, kernel, buffers),
         nonpositive: reuse::nonpositive(kernel),
         tag_stage_loads: options.row_prefetch
+            && !options.first_pass_prefetch
             && row_distance(kernel, buffers).is_some()
             && first_pass_loads(kernel).is_some(),
         stage_index: 0,

@@ -113,6 +113,12 @@ pub struct JitOptions {
     /// stays busy during the passes over a row already in cache (`kernel/prefetch.rs`).
     /// Values are unchanged either way. Default: on.
     pub row_prefetch: bool,
+    /// With row prefetch, a row kernel whose later stage computes a transcendental op
+    /// (softmax's `exp`) still prefetches in its first pass (the max), as before the thirtieth
+    /// session. By default it does not: the later, arithmetic-heavy pass alone requests the
+    /// rows ahead, spread over its arithmetic (`kernel/prefetch.rs`). Values are unchanged
+    /// either way. Default: off.
+    pub first_pass_prefetch: bool,
     /// Row kernels over short rows in cache (which: `kernel::interleaves`) compute two
     /// points of their last outer dim at a time, stage by stage: the first row's max, the second's, the first row's sum,
     /// the second's, and so on, so that the two rows' chains of dependent passes overlap
@@ -143,6 +149,7 @@ impl Default for JitOptions {
             nontemporal_min_bytes: Some(NONTEMPORAL_MIN_BYTES),
             prefetch_bytes: Some(PREFETCH_BYTES),
             row_prefetch: true,
+            first_pass_prefetch: false,
             interleave_rows: true,
             interleave_vectors: Some(INTERLEAVE_VECTORS),
         }
@@ -169,6 +176,9 @@ impl fmt::Display for JitOptions {
         }
         if !self.row_prefetch {
             write!(f, " row-prefetch=off")?;
+        }
+        if self.first_pass_prefetch {
+            write!(f, " first-pass-prefetch")?;
         }
         if !self.interleave_rows {
             write!(f, " interleave=off")?;
