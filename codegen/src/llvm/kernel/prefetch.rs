@@ -30,8 +30,11 @@
 //! row two further on would be requested in one burst that stalls that loop on the core's few
 //! line-fill buffers, and nothing would be requested during the arithmetic of the later passes
 //! (softmax's `exp`), so memory traffic and arithmetic would again add up. So in a row kernel
-//! the first stage's loads of a buffer that a later stage loads again get no prefetch: the
-//! later, arithmetic-heavy pass alone requests the lines, spread over its arithmetic. A probe
+//! whose later stage computes a transcendental op ([`first_pass_loads`]; where every pass is
+//! light, as in layer_norm, the first pass's prefetches measured better), the first stage's
+//! loads of a buffer that a later stage loads again get no prefetch: the later,
+//! arithmetic-heavy pass alone requests the lines, spread over its arithmetic
+//! ([`JitOptions::first_pass_prefetch`] keeps them, to measure the difference). A probe
 //! in C of softmax over 65536 x 768 on the Intel host ran in 8.8 ms that way against 11.1 ms
 //! with both passes prefetching (BENCHMARKS.md). The kernel IR's stages are gone once LLVM has
 //! optimised the function, so the kernel carries the buffers its first stage loads as the
