@@ -167,11 +167,16 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// `x` limited to `[lo, hi]`, NaN kept: `x < lo ? lo : x`, then `> hi ? hi : …`, which
     /// x86 lowers to one `maxps` and one `minps` with the operand order that returns NaN.
     fn limit_keeping_nan(&self, x: FloatValue<'ctx>, lo: f32, hi: f32) -> Result<FloatValue<'ctx>> {
+        let x = self.at_least_keeping_nan(x, lo)?;
+        self.at_most_keeping_nan(x, hi)
+    }
+
+    /// `x < lo ? lo : x`: `x` limited to `lo`, NaN kept (`OLT` is false for it), one `maxps`.
+    fn at_least_keeping_nan(&self, x: FloatValue<'ctx>, lo: f32) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
         let lo = self.k32(lo);
         let below = b.build_float_compare(FloatPredicate::OLT, x, lo, "lk.lt")?;
-        let x = b.build_select(below, lo, x, "lk.lo")?.into_float_value();
-        self.at_most_keeping_nan(x, hi)
+        Ok(b.build_select(below, lo, x, "lk.lo")?.into_float_value())
     }
 
     /// `x > hi ? hi : x`: `x` limited to `hi`, NaN kept (`OGT` is false for it), one `minps`.
@@ -207,14 +212,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// [`Self::exp_poly`] without the upper limit, which could not change such an `x`: the
     /// same bits, one `minps` fewer.
     pub(crate) fn exp_poly_nonpositive(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        let lo = self.k32(-EXP_CLAMP);
-        let below = self
-            .b
-            .build_float_compare(FloatPredicate::OLT, x, lo, "lk.lt")?;
-        let xc = self
-            .b
-            .build_select(below, lo, x, "lk.lo")?
-            .into_float_value();
+        let xc = self.at_least_keeping_nan(x, -EXP_CLAMP)?;
         self.exp_in_range(xc)
     }
 

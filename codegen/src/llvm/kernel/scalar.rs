@@ -75,13 +75,15 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(self.call(&full, t.into(), &[x.into()])?.into_float_value())
     }
 
-    /// `exp(x)`: inline and vectorisable for f32 ([`Emitter::exp_poly`], or [`Emitter::expf`]
-    /// with [`MathMode::Libm`]), `llvm.exp` for f64.
-    fn exp(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+    /// `exp(x)`: inline and vectorisable for f32 ([`Emitter::exp_poly`], or
+    /// [`Emitter::exp_poly_nonpositive`] for an `x` known to be `≤ 0` or NaN, or
+    /// [`Emitter::expf`] with [`MathMode::Libm`]), `llvm.exp` for f64.
+    fn exp(&self, x: FloatValue<'ctx>, nonpositive: bool) -> Result<FloatValue<'ctx>> {
         if x.get_type() != self.f32t() {
             return self.fcall("llvm.exp", x);
         }
         match self.math {
+            MathMode::Polynomial if nonpositive => self.exp_poly_nonpositive(x),
             MathMode::Polynomial => self.exp_poly(x),
             MathMode::Libm => self.expf(x),
         }
@@ -139,20 +141,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             }
             InstOp::Const(s) => self.constant(inst.ty, *s)?,
             InstOp::Load { buffer, access } => self.load(*buffer, access, inst.ty)?.v,
-            InstOp::Unary(UnaryOp::Exp, xid)
-                if self.math == MathMode::Polynomial
-                    && inst.ty == Ty::Data(DType::F32)
-                    && self.nonpositive.contains(xid) =>
-            {
+            InstOp::Unary(op, xid) => {
                 let x = self.value(*xid)?;
-                if x.ty != inst.ty {
-                    return Err(self.err(format!("exp of {:?} as {:?}", x.ty, inst.ty)));
-                }
-                self.exp_poly_nonpositive(x.v.into_float_value())?.into()
-            }
-            InstOp::Unary(op, x) => {
-                let x = self.value(*x)?;
-                self.unary(*op, x, inst.ty)?
+                self.unary(*op, x, inst.ty, self.nonpositive.contains(xid))?
             }
             InstOp::Binary(op, x, y) => {
                 let (x, y) = (self.value(*x)?, self.value(*y)?);
@@ -177,7 +168,14 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         }
     }
 
-    fn unary(&self, op: UnaryOp, x: Val<'ctx>, ty: Ty) -> Result<BasicValueEnum<'ctx>> {
+    /// `op` of `x`; `nonpositive`: `x` is known to be `≤ 0` or NaN (`reuse::nonpositive`).
+    fn unary(
+        &self,
+        op: UnaryOp,
+        x: Val<'ctx>,
+        ty: Ty,
+        nonpositive: bool,
+    ) -> Result<BasicValueEnum<'ctx>> {
         let d = self.data(x)?;
         let b = &self.b;
         if op == UnaryOp::LogicalNot {
@@ -212,7 +210,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let r = match op {
             UnaryOp::Neg => b.build_float_neg(v, "neg")?,
             UnaryOp::Abs => self.fcall("llvm.fabs", v)?,
-            UnaryOp::Exp => self.exp(v)?,
+            UnaryOp::Exp => self.exp(v, nonpositive)?,
             UnaryOp::Log => self.fcall("llvm.log", v)?,
             UnaryOp::Sqrt => self.fcall("llvm.sqrt", v)?,
             UnaryOp::Rsqrt => b.build_float_div(one, self.fcall("llvm.sqrt", v)?, "rsqrt")?,
@@ -231,7 +229,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             UnaryOp::Erf => self.fcall("erf", v)?,
             UnaryOp::Sigmoid => {
                 let n = b.build_float_neg(v, "n")?;
-                let e = self.exp(n)?;
+                let e = self.exp(n, false)?;
                 let s = b.build_float_add(one, e, "s")?;
                 b.build_float_div(one, s, "sig")?
             }
