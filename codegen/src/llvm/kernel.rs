@@ -20,7 +20,7 @@
 //! alias checks. The body walks the flat range row by row: the outer dims but the last are
 //! decomposed from the row number once per row (division by constants), the last outer dim is a
 //! counted loop (the loop that vectorises for elementwise kernels), and inside one outer index
-//! each [`Stage`] runs its own sequential loop nest over its inner
+//! each [`Stage`](smelt_passes::kernel::Stage) runs its own sequential loop nest over its inner
 //! dims: a reduction into accumulators (promoted to registers), or stores.
 //!
 //! What makes the hot loops fast: long float reductions are split into 16 lanes in a fixed
@@ -88,8 +88,7 @@ use inkwell::values::{BasicValueEnum, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 use smelt_ir::DType;
 use smelt_passes::kernel::{
-    Access, BufferDecl, BufferId, IndexWidth, Inst, Kernel, Program, Stage, StageEffect, Ty,
-    ValueId,
+    Access, BufferDecl, BufferId, IndexWidth, Inst, Kernel, Program, StageEffect, Ty, ValueId,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -467,6 +466,9 @@ pub fn build_kernel<'ctx>(
         }
     }
     b.build_return(None)?;
+    // Whether the kernel lists its first stage's buffers (see `prefetch`), so that its later
+    // stages' loads must say which they are.
+    let mut first_pass_listed = false;
     if let Some(distance) = options
         .row_prefetch
         .then(|| row_distance(kernel, buffers))
@@ -481,6 +483,7 @@ pub fn build_kernel<'ctx>(
                 AttributeLoc::Function,
                 ctx.create_string_attribute(FIRST_PASS_ATTR, &first),
             );
+            first_pass_listed = true;
         }
     }
 
@@ -516,10 +519,7 @@ pub fn build_kernel<'ctx>(
         interleave_vectors: options.interleave_vectors,
         reduce_group: reduce_group(options.interleave_vectors, kernel, buffers),
         nonpositive: reuse::nonpositive(kernel),
-        tag_stage_loads: options.row_prefetch
-            && !options.first_pass_prefetch
-            && row_distance(kernel, buffers).is_some()
-            && first_pass_loads(kernel).is_some(),
+        tag_stage_loads: first_pass_listed,
         stage_index: 0,
     };
     // Per-element scratch of values kept across stages (see `reuse`), in the entry block:
@@ -765,22 +765,17 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// One outer index: every stage in order.
     fn point(&mut self) -> Result<()> {
         let outer_vars = self.vars.clone();
-        let kernel = self.kernel;
-        for stage in &kernel.stages {
-            self.stage(stage, &outer_vars)?;
+        for index in 0..self.kernel.stages.len() {
+            self.stage(index, &outer_vars)?;
         }
         Ok(())
     }
 
-    /// One stage at the outer index `outer_vars`.
-    pub(crate) fn stage(&mut self, stage: &Stage, outer_vars: &[IntValue<'ctx>]) -> Result<()> {
+    /// The kernel's stage `index` at the outer index `outer_vars`.
+    pub(crate) fn stage(&mut self, index: usize, outer_vars: &[IntValue<'ctx>]) -> Result<()> {
+        let stage = &self.kernel.stages[index];
         self.vars = outer_vars.to_vec();
-        self.stage_index = self
-            .kernel
-            .stages
-            .iter()
-            .position(|s| std::ptr::eq(s, stage))
-            .unwrap_or(0);
+        self.stage_index = index;
         match &stage.effect {
             StageEffect::Reduce {
                 value,

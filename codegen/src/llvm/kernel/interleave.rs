@@ -114,11 +114,10 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 reuse: at(&reuse2)?,
             });
         }
-        let kernel = self.kernel;
-        for stage in &kernel.stages {
+        for index in 0..self.kernel.stages.len() {
             for row in &mut state {
                 self.swap_row(row);
-                let done = self.stage(stage, &row.outer);
+                let done = self.stage(index, &row.outer);
                 self.swap_row(row);
                 done?;
             }

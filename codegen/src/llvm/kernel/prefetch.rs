@@ -237,14 +237,19 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
             let s = a.get_string_value().to_str().ok()?;
             s.split(',').map(|b| b.parse().ok()).collect()
         });
-        let mut reloaded = HashSet::new();
+        // The loads tagged as a later stage's, and the buffers they load.
+        let (mut later, mut reloaded) = (HashSet::new(), HashSet::new());
         if first.is_some() {
             for bb in f.get_basic_blocks() {
                 let mut next = bb.get_first_instruction();
                 while let Some(inst) = next {
                     next = inst.get_next_instruction();
                     let tags = load_tags(inst, alias_scope);
-                    reloaded.extend(tags.iter().filter(|t| t.0 > 0).map(|t| t.1));
+                    let mut buffers = tags.iter().filter(|t| t.0 > 0).map(|t| t.1).peekable();
+                    if buffers.peek().is_some() {
+                        later.insert(inst);
+                    }
+                    reloaded.extend(buffers);
                 }
             }
         }
@@ -256,7 +261,7 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
                 let Some((p, write)) = line_access(&data, inst) else {
                     continue;
                 };
-                if later_only && !write && !load_tags(inst, alias_scope).iter().any(|t| t.0 > 0) {
+                if later_only && !write && !later.contains(&inst) {
                     continue;
                 }
                 // A streaming store (`stream.rs`) writes its line without reading it: a write
