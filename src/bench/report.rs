@@ -55,22 +55,18 @@ pub fn tables(r: &Report) -> String {
             None => "as the vectoriser interleaves".to_string(),
         }
     );
-    let _ = if r.tensor_alignment >= 64 {
-        writeln!(
-            s,
-            "tensors of >= {} KiB start on {}-byte boundaries",
-            smelt_runtime::alloc::LARGE >> 10,
-            r.tensor_alignment
-        )
-    } else {
-        writeln!(
-            s,
-            "tensors of >= {} KiB start on {}-byte boundaries: this process's global allocator \
-             is not smelt::LargeAligned, and memory-bound kernels run slower on them",
-            smelt_runtime::alloc::LARGE >> 10,
-            r.tensor_alignment
-        )
-    };
+    let _ = writeln!(
+        s,
+        "tensors of >= {} KiB start on {}-byte boundaries{}",
+        smelt_runtime::alloc::LARGE >> 10,
+        r.tensor_alignment,
+        if r.tensor_alignment >= 64 {
+            ""
+        } else {
+            ": this process's global allocator is not smelt::LargeAligned, and memory-bound \
+             kernels run slower on them"
+        }
+    );
     if let Some(h) = &r.huge_pages {
         let _ = writeln!(
             s,
