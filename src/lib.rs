@@ -39,7 +39,7 @@ pub use smelt_codegen::llvm::MathMode;
 pub use smelt_frontend as frontend;
 pub use smelt_ir as ir;
 pub use smelt_ir::Signature;
-pub use smelt_runtime::alloc::{set_huge_pages, LargeAligned};
+pub use smelt_runtime::alloc::{set_block_cache_limit, set_huge_pages, LargeAligned};
 /// The GPU launch path: device tensors (runs without host copies), options, streams.
 pub use smelt_runtime::cuda::{
     cuda_context, CudaCodegen, CudaContext, CudaOptions, CudaProgram, CudaStream, DeviceTensor,

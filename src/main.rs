@@ -169,6 +169,11 @@ enum Command {
         /// the kernel for them), to measure what huge pages buy.
         #[arg(long)]
         no_huge_pages: bool,
+        /// Freed tensors of at least 32 MiB go back to the OS at once, instead of being kept
+        /// (up to 512 MiB) for the next allocation of their size, as the fresh outputs of
+        /// `run` are: to measure what keeping them buys.
+        #[arg(long)]
+        no_block_cache: bool,
         /// Instead of fused vs unfused: each case's fused plan as the other flags say (A)
         /// against the same with KNOB flipped (B), called alternately in one process, with
         /// A/B and whether their outputs have the same bits. KNOB: streaming-stores,
@@ -272,9 +277,13 @@ fn main() -> ExitCode {
             no_interleave_rows,
             no_interleave_vectors,
             no_huge_pages,
+            no_block_cache,
             compare,
         } => {
             smelt::set_huge_pages(!no_huge_pages);
+            if no_block_cache {
+                smelt::set_block_cache_limit(0);
+            }
             let stream = match (no_stream, stream_bytes) {
                 (true, _) => None,
                 (false, Some(b)) => Some(smelt::bench::stream::StreamSize::Bytes(b)),

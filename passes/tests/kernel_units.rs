@@ -413,3 +413,132 @@ fn a_value_and_its_readers_become_one_multi_output_kernel() {
     let bindings = HashMap::from([("x".to_string(), f32s(&[4, 8]))]);
     check_against_interp(&g, &bindings);
 }
+
+/// The element indices one store reaches, enumerated over its loop nest (the oracle for
+/// `Program::writes_every_element`); `None` for a computed address.
+fn stored_indices(k: &Kernel, stage: &Stage, st: &Store) -> Option<Vec<i64>> {
+    let Access::Affine { offset, strides } = &st.access else {
+        return None;
+    };
+    let extents: Vec<usize> = k.outer.iter().chain(&stage.inner).copied().collect();
+    let mut out = vec![*offset];
+    for (&s, &e) in strides.iter().zip(&extents) {
+        out = out
+            .iter()
+            .flat_map(|&a| (0..e as i64).map(move |v| a + s * v))
+            .collect();
+    }
+    Some(out)
+}
+
+/// Whether some single step writes each of `0..numel` of `b`, by enumeration.
+fn enumerated_full_write(p: &Program, b: BufferId) -> bool {
+    let numel = p.buffers[b.0 as usize].numel;
+    let full = |mut ix: Vec<i64>| {
+        ix.sort_unstable();
+        ix.dedup();
+        ix == (0..numel as i64).collect::<Vec<_>>()
+    };
+    p.steps.iter().any(|s| match s {
+        Step::Gemm(g) => g.out == b && g.out_shape.iter().product::<usize>() == numel,
+        Step::Kernel(k) => k.stages.iter().any(|stage| match &stage.effect {
+            StageEffect::Store(stores) => stores
+                .iter()
+                .filter(|st| st.buffer == b)
+                .any(|st| stored_indices(k, stage, st).is_some_and(full)),
+            StageEffect::Reduce { .. } => false,
+        }),
+    })
+}
+
+/// Every buffer the lowering writes (elementwise, row and column reductions, permuted
+/// outputs, concat, pad, gather, matmul; fused and unfused) is written whole by one step, and
+/// `writes_every_element` agrees with enumerating the stores; a store moved by one element,
+/// one with a doubled stride and one with a computed address prove nothing.
+#[test]
+fn written_buffers_are_proven_written_whole() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, [3, 4, 5]).unwrap();
+    let w = g.input("w", DType::F32, [5, 2]).unwrap();
+    let idx = g.input("idx", DType::I64, [2, 4, 5]).unwrap();
+    let e = g.unary(UnaryOp::Exp, x).unwrap();
+    let m = g.reduce(ReduceOp::Max, x, &[2], true).unwrap();
+    let s = g.binary(BinaryOp::Sub, x, m).unwrap();
+    let col = g.reduce(ReduceOp::Sum, e, &[0], false).unwrap();
+    let t = g.permute(s, &[2, 0, 1]).unwrap();
+    let tn = g.unary(UnaryOp::Neg, t).unwrap();
+    let cat = g.concat(&[x, e], 1).unwrap();
+    let pad = g
+        .pad(x, &[(1, 0), (0, 0), (2, 1)], Scalar::Float(0.5))
+        .unwrap();
+    let ga = g.gather(x, idx, 0).unwrap();
+    let mm = g.matmul(e, w).unwrap();
+    for (n, v) in [
+        ("e", e),
+        ("col", col),
+        ("tn", tn),
+        ("cat", cat),
+        ("pad", pad),
+        ("ga", ga),
+        ("mm", mm),
+        ("x", x),
+    ] {
+        g.set_output(n, v).unwrap();
+    }
+    for fuse in [true, false] {
+        let mut p = program(&g, fuse);
+        let written: Vec<BufferId> = p.steps.iter().flat_map(|s| s.writes().to_vec()).collect();
+        for &b in &written {
+            assert!(
+                enumerated_full_write(&p, b),
+                "{b} is not written whole\n{p}"
+            );
+            assert!(p.writes_every_element(b), "{b}\n{p}");
+        }
+        // An input is written by no step.
+        let input = p.outputs.iter().find(|(n, _)| n == "x").unwrap().1;
+        assert!(!p.writes_every_element(input));
+        // Break the first store of the first kernel three ways.
+        let ki = p
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::Kernel(_)))
+            .unwrap();
+        let Step::Kernel(k) = &p.steps[ki] else {
+            unreachable!()
+        };
+        let (si, b) = k
+            .stages
+            .iter()
+            .enumerate()
+            .find_map(|(i, st)| match &st.effect {
+                StageEffect::Store(v) => Some((i, v[0].buffer)),
+                _ => None,
+            })
+            .unwrap();
+        let original = p.clone();
+        for broken in 0..3 {
+            p = original.clone();
+            let Step::Kernel(k) = &mut p.steps[ki] else {
+                unreachable!()
+            };
+            let StageEffect::Store(stores) = &mut k.stages[si].effect else {
+                unreachable!()
+            };
+            let st = &mut stores[0];
+            match (&mut st.access, broken) {
+                (Access::Affine { offset, .. }, 0) => *offset += 1,
+                (Access::Affine { strides, .. }, 1) => {
+                    let s = strides.iter_mut().find(|s| **s != 0).unwrap();
+                    *s *= 2;
+                }
+                (access, _) => *access = Access::Computed(st.value),
+            }
+            // Only this store wrote `b` in these programs.
+            let others = p.steps.iter().filter(|s| s.writes().contains(&b)).count();
+            assert_eq!(others, 1, "{p}");
+            assert!(!enumerated_full_write(&p, b), "case {broken}\n{p}");
+            assert!(!p.writes_every_element(b), "case {broken}\n{p}");
+        }
+    }
+}

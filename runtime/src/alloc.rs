@@ -38,6 +38,15 @@
 //! find it again. On targets without `mmap` (not Unix) the mapped range uses the system
 //! allocator too, with the same alignment.
 //!
+//! A freed mapping is not always returned to the OS at once: up to [`BLOCK_CACHE_LIMIT`]
+//! bytes of them (8 blocks at most; [`set_block_cache_limit`]) are kept for the next `alloc`
+//! of exactly their size, for at most [`BLOCK_CACHE_KEEP`]. Every page of a fresh mapping
+//! costs a page fault and the kernel's zeroing on first touch, which for a 64 MiB output
+//! took longer than the fused kernel writing it: with the fresh outputs of `run` coming from
+//! kept blocks (and not zeroed first, as the run writes them whole), `run` over 16M floats
+//! went from 8.0 to 3.9 ms on the development VM, the time of `run_into` (BENCHMARKS.md).
+//! `alloc_zeroed` never takes a kept block: it maps zero pages as before.
+//!
 //! On Linux each mapping also asks for transparent huge pages (`madvise(MADV_HUGEPAGE)`;
 //! [`set_huge_pages`] turns that off): with 4 KiB pages a kernel streaming through a tensor
 //! misses the TLB every 4 KiB. On the development VM (THP mode `madvise`, so nothing gets huge
@@ -48,7 +57,9 @@
 //! [`mapping_of`] reads back what a mapping got.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Requests of at least this many bytes are aligned to [`ALIGN`] (4 KiB, a page: any tensor
 /// a kernel spends measurable time on; below it, strings and small vectors keep the system
@@ -77,6 +88,8 @@ static HUGE_PAGES: AtomicBool = AtomicBool::new(true);
 /// to find a huge page.
 pub fn set_huge_pages(on: bool) {
     HUGE_PAGES.store(on, Ordering::Relaxed);
+    // Kept blocks have the old setting's advice; new ones are mapped with the new one.
+    release_kept_blocks(Duration::ZERO);
 }
 
 /// Whether blocks mapped from now on ask for transparent huge pages ([`set_huge_pages`]).
@@ -84,10 +97,150 @@ pub fn huge_pages() -> bool {
     HUGE_PAGES.load(Ordering::Relaxed)
 }
 
-/// Held by the unit tests that flip [`set_huge_pages`], which is process-wide, so that they
-/// do not see each other's setting.
+/// Held by the unit tests that flip [`set_huge_pages`] or [`set_block_cache_limit`], which are
+/// process-wide, or that allocate mapped blocks, so that they see neither each other's
+/// settings nor each other's kept blocks.
 #[cfg(test)]
-pub(crate) static HUGE_PAGES_TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(crate) static ALLOC_TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The default of [`set_block_cache_limit`]: 512 MiB of freed mapped blocks kept for reuse.
+pub const BLOCK_CACHE_LIMIT: usize = 512 << 20;
+
+/// How long a freed mapped block is kept when nothing asks for its size: it is unmapped by
+/// the first mapped allocation or free after this.
+pub const BLOCK_CACHE_KEEP: Duration = Duration::from_secs(2);
+
+/// The most freed mapped blocks kept at once.
+const KEPT_SLOTS: usize = 8;
+
+static BLOCK_CACHE_BYTES: AtomicUsize = AtomicUsize::new(BLOCK_CACHE_LIMIT);
+
+/// A freed mapped block kept for reuse: its address, size (the layout's) and when it was
+/// freed.
+#[derive(Clone, Copy)]
+struct Kept {
+    addr: usize,
+    size: usize,
+    freed: Instant,
+}
+
+/// The kept blocks. Locked only for a scan of [`KEPT_SLOTS`] entries; nothing inside the
+/// lock allocates.
+static KEPT: Mutex<[Option<Kept>; KEPT_SLOTS]> = Mutex::new([None; KEPT_SLOTS]);
+
+/// Sets how many bytes of freed mapped blocks (of at least [`MAPPED`] bytes) [`LargeAligned`]
+/// keeps to hand out again (default [`BLOCK_CACHE_LIMIT`]; 0 keeps none, and unmaps the kept
+/// ones now). Why: a block of that size is a fresh mapping, and every page of a fresh
+/// mapping costs a page fault and the kernel's zeroing on first touch, more than a
+/// memory-bound kernel writing it takes. A program that allocates and frees tensors of the
+/// same size call after call (the fresh outputs of `run`) gets the same pages back instead.
+/// Only `alloc` takes kept blocks (their contents are what the last owner left);
+/// `alloc_zeroed` still maps zero pages. A kept block not asked for within
+/// [`BLOCK_CACHE_KEEP`] is unmapped at the next mapped allocation or free.
+pub fn set_block_cache_limit(bytes: usize) {
+    BLOCK_CACHE_BYTES.store(bytes, Ordering::Relaxed);
+    // Over the new limit: drop the oldest until it fits.
+    let mut kept = lock_kept();
+    while kept.iter().flatten().map(|k| k.size).sum::<usize>() > bytes {
+        let Some(oldest) = (0..KEPT_SLOTS)
+            .filter(|&i| kept[i].is_some())
+            .min_by_key(|&i| kept[i].map(|k| k.freed))
+        else {
+            break;
+        };
+        if let Some(k) = kept[oldest].take() {
+            unmap(k.addr as *mut u8, k.size);
+        }
+    }
+}
+
+/// How many bytes of freed mapped blocks are kept for reuse ([`set_block_cache_limit`]).
+pub fn block_cache_limit() -> usize {
+    BLOCK_CACHE_BYTES.load(Ordering::Relaxed)
+}
+
+/// The bytes of freed mapped blocks kept now.
+pub fn kept_block_bytes() -> usize {
+    lock_kept().iter().flatten().map(|k| k.size).sum()
+}
+
+/// How many freed mapped blocks of exactly `size` bytes are kept now.
+pub fn kept_blocks(size: usize) -> usize {
+    lock_kept()
+        .iter()
+        .flatten()
+        .filter(|k| k.size == size)
+        .count()
+}
+
+fn lock_kept() -> std::sync::MutexGuard<'static, [Option<Kept>; KEPT_SLOTS]> {
+    // Nothing panics while holding it, but a poisoned lock still guards valid entries.
+    KEPT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Unmaps the kept blocks freed at least `age` ago (all of them for `Duration::ZERO`).
+fn release_kept_blocks(age: Duration) {
+    let now = Instant::now();
+    let mut kept = lock_kept();
+    for slot in kept.iter_mut() {
+        if slot.is_some_and(|k| now.duration_since(k.freed) >= age) {
+            if let Some(k) = slot.take() {
+                unmap(k.addr as *mut u8, k.size);
+            }
+        }
+    }
+}
+
+/// A kept block of exactly `size` bytes, taken out of the cache (the newest such).
+fn take_kept(size: usize) -> Option<*mut u8> {
+    if block_cache_limit() == 0 {
+        return None;
+    }
+    release_kept_blocks(BLOCK_CACHE_KEEP);
+    let mut kept = lock_kept();
+    let i = (0..KEPT_SLOTS)
+        .filter(|&i| kept[i].is_some_and(|k| k.size == size))
+        .max_by_key(|&i| kept[i].map(|k| k.freed))?;
+    kept[i].take().map(|k| k.addr as *mut u8)
+}
+
+/// Keeps a freed mapped block of `size` bytes for reuse if the limit allows (evicting the
+/// oldest blocks to make room); otherwise unmaps it.
+fn keep_or_unmap(p: *mut u8, size: usize) {
+    let limit = block_cache_limit();
+    if size > limit {
+        unmap(p, size);
+        return;
+    }
+    release_kept_blocks(BLOCK_CACHE_KEEP);
+    let mut kept = lock_kept();
+    let mut total: usize = kept.iter().flatten().map(|k| k.size).sum();
+    loop {
+        let free_slot = kept.iter().position(Option::is_none);
+        if total + size <= limit {
+            if let Some(i) = free_slot {
+                kept[i] = Some(Kept {
+                    addr: p as usize,
+                    size,
+                    freed: Instant::now(),
+                });
+                return;
+            }
+        }
+        let Some(oldest) = (0..KEPT_SLOTS)
+            .filter(|&i| kept[i].is_some())
+            .min_by_key(|&i| kept[i].map(|k| k.freed))
+        else {
+            // Nothing kept and still no room: cannot happen (size <= limit), but unmap.
+            unmap(p, size);
+            return;
+        };
+        if let Some(k) = kept[oldest].take() {
+            total -= k.size;
+            unmap(k.addr as *mut u8, k.size);
+        }
+    }
+}
 
 /// A global allocator aligning large blocks to 64 bytes (see the module docs).
 #[derive(Clone, Copy, Debug, Default)]
@@ -241,7 +394,7 @@ unsafe impl GlobalAlloc for LargeAligned {
             // SAFETY: `l` has a non-zero size (the caller's contract), as does `a`.
             Kind::Small => unsafe { System.alloc(l) },
             Kind::Aligned(a) => unsafe { System.alloc(a) },
-            Kind::Mapped => map(l.size()),
+            Kind::Mapped => take_kept(l.size()).unwrap_or_else(|| map(l.size())),
         }
     }
 
@@ -260,7 +413,7 @@ unsafe impl GlobalAlloc for LargeAligned {
             // SAFETY: `p` was allocated by the same route with the same layout (see above).
             Kind::Small => unsafe { System.dealloc(p, l) },
             Kind::Aligned(a) => unsafe { System.dealloc(p, a) },
-            Kind::Mapped => unmap(p, l.size()),
+            Kind::Mapped => keep_or_unmap(p, l.size()),
         }
     }
 
@@ -325,9 +478,7 @@ mod tests {
             eprintln!("skipped: transparent huge pages are off");
             return;
         }
-        let _flag = HUGE_PAGES_TEST_LOCK
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _flag = ALLOC_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let a = LargeAligned;
         let l = layout(2 * MAPPED, 4);
         for on in [true, false] {
@@ -370,6 +521,7 @@ mod tests {
     /// `realloc` within a route and across routes, both ways.
     #[test]
     fn blocks_are_aligned_zeroed_and_survive_realloc() {
+        let _lock = ALLOC_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let a = LargeAligned;
         let sizes = [
             100,
@@ -416,6 +568,7 @@ mod tests {
     /// Through `Vec`, as tensors get their memory: a large `vec![0.0f32; n]` is aligned and zero.
     #[test]
     fn large_vectors_are_aligned() {
+        let _lock = ALLOC_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let a = LargeAligned;
         for n in [LARGE / 4, MAPPED / 4 + 3] {
             let l = Layout::array::<f32>(n).unwrap();
@@ -428,5 +581,63 @@ mod tests {
                 a.dealloc(p.cast(), l);
             }
         }
+    }
+
+    /// A freed mapped block is kept and handed back by the next `alloc` of its size, with
+    /// what it held; `alloc_zeroed` maps zeros instead; a lower limit unmaps the oldest kept
+    /// blocks, 0 all of them and keeps none; a block kept longer than [`BLOCK_CACHE_KEEP`] is
+    /// unmapped by the next mapped allocation.
+    #[cfg(unix)]
+    #[test]
+    fn freed_mapped_blocks_are_kept_for_the_next_alloc_of_their_size() {
+        let _lock = ALLOC_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        set_block_cache_limit(0);
+        assert_eq!(kept_block_bytes(), 0);
+        set_block_cache_limit(BLOCK_CACHE_LIMIT);
+        let a = LargeAligned;
+        let l = layout(MAPPED + 7 * 4096 + 8, 4);
+        let other = layout(MAPPED + 4096, 4);
+        // SAFETY: non-zero layouts; each block is accessed within its size while allocated
+        // and freed once with its layout.
+        unsafe {
+            let p = a.alloc(l);
+            assert!(!p.is_null());
+            for i in (0..l.size()).step_by(4096) {
+                *p.add(i) = 7;
+            }
+            a.dealloc(p, l);
+            assert_eq!(kept_block_bytes(), l.size());
+            let q = a.alloc(other);
+            assert_ne!(q, p, "a block of another size");
+            a.dealloc(q, other);
+            assert_eq!(kept_block_bytes(), l.size() + other.size());
+            let r = a.alloc(l);
+            assert_eq!(r, p, "the kept block of this size");
+            assert!((0..l.size()).step_by(4096).all(|i| *r.add(i) == 7));
+            assert_eq!(kept_block_bytes(), other.size());
+            let z = a.alloc_zeroed(l);
+            assert_ne!(z, r);
+            assert!((0..l.size()).step_by(4096).all(|i| *z.add(i) == 0));
+            a.dealloc(r, l);
+            a.dealloc(z, l);
+            assert_eq!(kept_block_bytes(), 2 * l.size() + other.size());
+            // Room for one: the newest stays.
+            set_block_cache_limit(l.size());
+            assert_eq!(kept_block_bytes(), l.size());
+            assert_eq!(a.alloc(l), z);
+            set_block_cache_limit(0);
+            a.dealloc(z, l);
+            assert_eq!(kept_block_bytes(), 0, "limit 0 keeps nothing");
+            set_block_cache_limit(BLOCK_CACHE_LIMIT);
+            let p = a.alloc(l);
+            a.dealloc(p, l);
+            assert_eq!(kept_block_bytes(), l.size());
+            std::thread::sleep(BLOCK_CACHE_KEEP + Duration::from_millis(50));
+            let q = a.alloc(other);
+            assert_eq!(kept_block_bytes(), 0, "kept too long: unmapped");
+            a.dealloc(q, other);
+        }
+        set_block_cache_limit(0);
+        set_block_cache_limit(BLOCK_CACHE_LIMIT);
     }
 }

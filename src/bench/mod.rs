@@ -125,6 +125,9 @@ pub struct Report {
     /// Whether large tensors were on transparent huge pages ([`huge_pages`]); `None` where
     /// the kernel does not say (not Linux).
     pub huge_pages: Option<HugePages>,
+    /// How many bytes of freed tensors of at least 32 MiB [`crate::LargeAligned`] keeps for
+    /// reuse (`smelt_runtime::alloc::block_cache_limit`; 0 with `--no-block-cache`).
+    pub block_cache_bytes: u64,
     pub min_time_ms: f64,
     pub min_iters: usize,
     pub stream: Option<StreamReport>,
@@ -343,6 +346,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         interleave_vectors: jit.interleave_vectors,
         tensor_alignment: large_tensor_alignment(),
         huge_pages: huge_pages(),
+        block_cache_bytes: smelt_runtime::alloc::block_cache_limit() as u64,
         min_time_ms: budget.min_time.as_secs_f64() * 1e3,
         min_iters: budget.min_iters,
         stream,

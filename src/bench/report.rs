@@ -80,11 +80,22 @@ pub fn tables(r: &Report) -> String {
             }
         );
     }
+    if r.tensor_alignment >= 64 {
+        let _ = match r.block_cache_bytes {
+            0 => writeln!(s, "freed tensors of >= 32 MiB: unmapped at once"),
+            n => writeln!(
+                s,
+                "freed tensors of >= 32 MiB: up to {} MiB kept for the next allocation of \
+                 their size (the fresh outputs of run reuse them)",
+                n >> 20
+            ),
+        };
+    }
     let _ = match r.streaming_stores_min_bytes {
         Some(n) => writeln!(
             s,
             "streaming stores: in kernels whose outputs are all >= {} MiB (plain stores into \
-             the fresh outputs of run)",
+             outputs on pages not yet touched)",
             n >> 20
         ),
         None => writeln!(s, "streaming stores: off"),

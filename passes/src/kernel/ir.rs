@@ -88,6 +88,62 @@ impl Program {
             Step::Gemm(_) => None,
         })
     }
+
+    /// Whether some step provably writes every element of buffer `b`: a GEMM whose result
+    /// has `b`'s element count, or a kernel store whose affine access, over the kernel's outer
+    /// dims and the stage's inner dims, reaches each index `0..numel` (offset 0, and the
+    /// strides of the dims longer than 1 nest densely). A computed-address store proves
+    /// nothing. A backend may hand such a buffer out uninitialised before the steps run.
+    pub fn writes_every_element(&self, b: BufferId) -> bool {
+        let Some(decl) = self.buffers.get(b.0 as usize) else {
+            return false;
+        };
+        self.steps.iter().any(|s| match s {
+            Step::Gemm(g) => g.out == b && g.out_shape.iter().product::<usize>() == decl.numel,
+            Step::Kernel(k) => k.stages.iter().any(|stage| {
+                let StageEffect::Store(stores) = &stage.effect else {
+                    return false;
+                };
+                let extents: Vec<usize> = k.outer.iter().chain(&stage.inner).copied().collect();
+                stores.iter().any(|st| {
+                    st.buffer == b
+                        && matches!(&st.access, Access::Affine { offset: 0, strides }
+                            if covers_densely(strides, &extents, decl.numel))
+                })
+            }),
+        })
+    }
+}
+
+/// Whether `Σ strides[d] · var_d` over `0 <= var_d < extents[d]` takes every value in
+/// `0..numel`: the dims of extent > 1 with a nonzero stride, ordered by stride, nest densely
+/// (`1`, then each stride the previous one times its extent) up to `numel`. Dims of extent 1
+/// and stride-0 dims (the same elements again) add nothing.
+fn covers_densely(strides: &[i64], extents: &[usize], numel: usize) -> bool {
+    if strides.len() != extents.len() {
+        return false;
+    }
+    if extents.contains(&0) {
+        return numel == 0;
+    }
+    let mut dims: Vec<(i64, usize)> = strides
+        .iter()
+        .zip(extents)
+        .filter(|&(&s, &e)| e > 1 && s != 0)
+        .map(|(&s, &e)| (s, e))
+        .collect();
+    dims.sort_unstable();
+    let mut next: i64 = 1;
+    for (s, e) in dims {
+        if s != next {
+            return false;
+        }
+        let Some(n) = i64::try_from(e).ok().and_then(|e| s.checked_mul(e)) else {
+            return false;
+        };
+        next = n;
+    }
+    usize::try_from(next) == Ok(numel)
 }
 
 /// One step of a program.

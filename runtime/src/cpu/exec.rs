@@ -43,7 +43,9 @@ use super::error::{CpuError, Result};
 use super::gemm::{MatmulOperand, MatmulPlan, PANEL_MAX_ROWS};
 use super::kernel::CpuKernel;
 use super::memory::{plan_memory, Arena, MemoryPlan, ALIGN, POISON};
+use super::pages::FreshOutput;
 use super::pool::CpuPool;
+use smallvec::SmallVec;
 use smelt_codegen::llvm::JitOptions;
 use smelt_ir::{with_data, DType, HostTensor, Shape, TensorData};
 use smelt_passes::kernel::{BufferKind, Gemm, Kernel, Program, Step};
@@ -82,6 +84,9 @@ pub struct CpuProgram {
     pool: PoolRef,
     arena: Mutex<Arena>,
     max_args: usize,
+    /// The outputs (indices) written by a kernel with a plain-store twin: each run asks the
+    /// OS whether their pages were touched yet (`pages::untouched`).
+    twin_outputs: Vec<usize>,
     /// `SMELT_CPU_PROFILE` was set at compile time: every run prints each step's time to
     /// stderr (a diagnostic; it allocates).
     profile: bool,
@@ -135,6 +140,9 @@ struct OutputSpec {
     shape: Shape,
     /// What fills the caller's tensor after the steps.
     fill: Fill,
+    /// Whether the run writes every element (the steps provably do, or the run fills or
+    /// copies it): `run` then gives it uninitialised memory rather than zeros.
+    written_whole: bool,
 }
 
 /// How an output's caller tensor gets its contents.
@@ -154,8 +162,9 @@ enum ExecStep {
         args: Vec<usize>,
         extent: i64,
         grain: i64,
-        /// It writes an output tensor (a caller's, or a fresh one in `run`).
-        writes_output: bool,
+        /// The outputs (indices into `CpuProgram::outputs`) whose tensors it writes; when one
+        /// of them is on untouched pages, a kernel with a plain-store twin runs the twin.
+        outputs: Vec<usize>,
     },
     Gemm {
         plan: MatmulPlan,
@@ -300,10 +309,14 @@ impl CpuProgram {
                         .max(1);
                     ExecStep::Kernel {
                         kernel,
-                        writes_output: k
+                        outputs: k
                             .writes
                             .iter()
-                            .any(|b| matches!(slots[b.0 as usize], Slot::Output { .. })),
+                            .filter_map(|b| match slots[b.0 as usize] {
+                                Slot::Output { index } => Some(index),
+                                _ => None,
+                            })
+                            .collect(),
                         args: k
                             .reads
                             .iter()
@@ -354,10 +367,23 @@ impl CpuProgram {
                     dtype: d.dtype,
                     shape: Shape::new(&[d.numel]),
                     fill,
+                    written_whole: fill != Fill::InPlace || program.writes_every_element(*b),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let arena = Arena::new(&slots_plan, slots.len(), max_args);
+        let mut twin_outputs: Vec<usize> = steps
+            .iter()
+            .filter_map(|s| match s {
+                ExecStep::Kernel {
+                    kernel, outputs, ..
+                } if kernel.has_plain_twin() => Some(outputs.iter().copied()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        twin_outputs.sort_unstable();
+        twin_outputs.dedup();
         Ok(CpuProgram {
             steps,
             slots,
@@ -366,14 +392,19 @@ impl CpuProgram {
             pool,
             arena: Mutex::new(arena),
             max_args,
+            twin_outputs,
             profile: std::env::var_os("SMELT_CPU_PROFILE").is_some(),
         })
     }
 
-    /// Runs every step in order on the arena's pointers (bound by `run_into`). With
-    /// `fresh_outputs` (the output tensors were just allocated, so their pages are new and
-    /// zeroed through the cache), kernels writing them use their plain-store twins.
-    fn run_steps(&self, pool: &CpuPool, arena: &mut Arena, fresh_outputs: bool) -> Result<()> {
+    /// Runs every step in order on the arena's pointers (bound by `run_into`). A kernel
+    /// writing an output whose pages are untouched (`untouched[i]` for output `i`: a fresh
+    /// mapping, whose pages the OS zeroes through the cache on first touch) runs its
+    /// plain-store twin, if it has one.
+    fn run_steps(&self, pool: &CpuPool, arena: &mut Arena, untouched: &[bool]) -> Result<()> {
+        let twin = |kernel: &CpuKernel, outputs: &[usize]| {
+            kernel.has_plain_twin() && outputs.iter().any(|&i| untouched[i])
+        };
         for step in &self.steps {
             let started = self.profile.then(std::time::Instant::now);
             match step {
@@ -382,7 +413,7 @@ impl CpuProgram {
                     args,
                     extent,
                     grain,
-                    writes_output,
+                    outputs,
                 } => {
                     arena.args.clear();
                     arena.args.extend(args.iter().map(|&b| arena.ptrs[b]));
@@ -401,7 +432,7 @@ impl CpuProgram {
                             &arena.args,
                             *extent,
                             *grain,
-                            fresh_outputs && *writes_output,
+                            twin(kernel, outputs),
                         )?
                     };
                     if arena.status.load(Ordering::Relaxed) != 0 {
@@ -430,11 +461,14 @@ impl CpuProgram {
                     ExecStep::Kernel {
                         kernel,
                         extent,
-                        writes_output,
+                        outputs,
                         ..
                     } => {
-                        let twin = fresh_outputs && *writes_output && kernel.has_plain_twin();
-                        let stores = if twin { ", plain-store twin" } else { "" };
+                        let stores = if twin(kernel, outputs) {
+                            ", plain-store twin"
+                        } else {
+                            ""
+                        };
                         format!("{} (extent {extent}{stores})", kernel.name())
                     }
                     ExecStep::Gemm { plan, .. } => format!("gemm {:?}", plan.out_dims()),
@@ -523,37 +557,40 @@ impl CpuProgram {
 
     /// Runs the program on `inputs` (by name; also any parameter not bound at compile time)
     /// and returns the outputs in program order.
+    ///
+    /// An output the run writes whole gets memory straight from the allocator, not zeroed
+    /// first (under [`crate::alloc::LargeAligned`], a large one is a block an earlier output
+    /// of its size left, when one was freed: no page faults); any other output starts as
+    /// zeros.
     pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>> {
-        let mut outs: Vec<HostTensor> = self
+        let mut outs: Vec<FreshOutput> = self
             .outputs
             .iter()
-            .map(|o| super::pages::fresh_output(o.dtype, o.shape.clone()))
+            .map(|o| FreshOutput::new(o.dtype, o.shape.clone(), o.written_whole))
             .collect();
-        self.run_into_impl(inputs, &mut outs, true)?;
+        let ptrs: SmallVec<[*mut u8; 8]> = outs.iter_mut().map(FreshOutput::ptr).collect();
+        // SAFETY: each pointer holds its output's elements of its dtype (`FreshOutput::new`
+        // from the spec's dtype and shape), the outputs are distinct allocations, and nothing
+        // else uses them until the run returns.
+        unsafe { self.run_on(inputs, &ptrs, true)? };
         Ok(self
             .outputs
             .iter()
-            .map(|o| o.name.clone())
             .zip(outs)
+            // SAFETY: the run succeeded, so it wrote every element of each output created
+            // uninitialised (`written_whole`: the steps store each index, or the run filled
+            // or copied it).
+            .map(|(o, t)| (o.name.clone(), unsafe { t.finish() }))
             .collect())
     }
 
     /// Runs the program, writing the outputs into `outputs` (program order; dtypes and shapes
-    /// must match). Allocates nothing unless another thread is running this program.
+    /// must match). Allocates nothing unless another thread is running this program (or it
+    /// has more than 8 outputs).
     pub fn run_into(
         &self,
         inputs: &HashMap<String, HostTensor>,
         outputs: &mut [HostTensor],
-    ) -> Result<()> {
-        self.run_into_impl(inputs, outputs, false)
-    }
-
-    /// [`CpuProgram::run_into`]; `fresh_outputs`: `outputs` were just allocated by `run`.
-    fn run_into_impl(
-        &self,
-        inputs: &HashMap<String, HostTensor>,
-        outputs: &mut [HostTensor],
-        fresh_outputs: bool,
     ) -> Result<()> {
         if outputs.len() != self.outputs.len() {
             return Err(CpuError::Output {
@@ -571,7 +608,26 @@ impl CpuProgram {
                 });
             }
         }
-        let mut fresh;
+        let ptrs: SmallVec<[*mut u8; 8]> = outputs.iter_mut().map(|t| t.data_mut_ptr()).collect();
+        // SAFETY: each tensor matches its output's dtype and shape (checked above), and they
+        // are the caller's exclusively borrowed, distinct tensors.
+        unsafe { self.run_on(inputs, &ptrs, false) }
+    }
+
+    /// Runs the program, writing output `i` to `outputs[i]`. `fresh`: `run` allocated them
+    /// (used where the OS cannot say whether their pages were touched).
+    ///
+    /// # Safety
+    /// `outputs[i]` is valid for writes of output `i`'s elements of its dtype (its numel
+    /// times the dtype's size), and nothing else reads or writes that memory during the call;
+    /// the outputs do not overlap each other, the inputs or bound tensors.
+    unsafe fn run_on(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        outputs: &[*mut u8],
+        fresh: bool,
+    ) -> Result<()> {
+        let mut fresh_arena;
         let mut guard;
         let arena: &mut Arena = match self.arena.try_lock() {
             Ok(g) => {
@@ -579,20 +635,24 @@ impl CpuProgram {
                 &mut guard
             }
             Err(_) => {
-                fresh = Arena::new(&self.plan, self.slots.len(), self.max_args);
-                &mut fresh
+                fresh_arena = Arena::new(&self.plan, self.slots.len(), self.max_args);
+                &mut fresh_arena
             }
         };
         let base = arena.base();
-        for (o, t) in self.outputs.iter().zip(outputs.iter_mut()) {
+        let mut untouched: SmallVec<[bool; 8]> = SmallVec::from_elem(false, self.outputs.len());
+        for (i, (o, &p)) in self.outputs.iter().zip(outputs).enumerate() {
+            let bytes = o.shape.numel() * o.dtype.size_bytes();
             if o.fill != Fill::Copy {
-                let p = t.data_mut_ptr();
                 arena.ptrs[o.buffer] = p;
                 if o.fill == Fill::Zeros {
-                    // SAFETY: `p` points to the caller's tensor, which holds the output's
-                    // `numel` elements of its dtype (checked above), and nothing else uses it.
-                    unsafe { std::ptr::write_bytes(p, 0, o.shape.numel() * o.dtype.size_bytes()) };
+                    // SAFETY: `p` holds the output's `numel` elements of its dtype, and
+                    // nothing else uses it (the caller's contract).
+                    unsafe { std::ptr::write_bytes(p, 0, bytes) };
                 }
+            }
+            if self.twin_outputs.contains(&i) {
+                untouched[i] = super::pages::untouched(p, bytes).unwrap_or(fresh);
             }
         }
         for (i, slot) in self.slots.iter().enumerate() {
@@ -619,13 +679,12 @@ impl CpuProgram {
         }
         // The steps run on this thread, which takes part in each step's parallel loop (see
         // `pool`: idle workers spin between steps, so no step waits for a wake-up).
-        self.run_steps(self.pool.get(), arena, fresh_outputs)?;
-        for (o, t) in self.outputs.iter().zip(outputs.iter_mut()) {
+        self.run_steps(self.pool.get(), arena, &untouched)?;
+        for (o, &dst) in self.outputs.iter().zip(outputs) {
             if o.fill != Fill::Copy {
                 continue;
             }
             let src = arena.ptrs[o.buffer];
-            let dst = t.data_mut_ptr();
             // SAFETY: `src` holds the output buffer's `numel` elements of this dtype (checked
             // above: dtype and shape match), `dst` exactly as many; they do not overlap (`dst`
             // is a caller's tensor that no slot points into: a buffer named by several outputs

@@ -11,7 +11,7 @@
 //! does for the mappings of [`crate::alloc::LargeAligned`] (which advises every block of
 //! ≥ 32 MiB, inputs and arenas included, when it maps it).
 
-use smelt_ir::{DType, HostTensor, Shape};
+use smelt_ir::{with_data, DType, HostTensor, Shape, TensorData};
 
 /// Outputs smaller than this are left alone (at least one whole huge page inside).
 pub const HUGE_MIN: usize = 4 << 20;
@@ -24,16 +24,103 @@ const HUGE_PAGE: usize = 2 << 20;
 pub fn fresh_output(dtype: DType, shape: Shape) -> HostTensor {
     let mut t = HostTensor::zeros(dtype, shape);
     let bytes = t.numel() * dtype.size_bytes();
+    advise_interior(t.data_mut_ptr(), bytes);
+    t
+}
+
+/// Advises huge pages over the whole huge pages inside the `bytes` at `ptr` (one allocation),
+/// if it is at least [`HUGE_MIN`] bytes.
+fn advise_interior(ptr: *mut u8, bytes: usize) {
     if bytes >= HUGE_MIN {
-        // The whole huge pages inside the tensor's memory, page-aligned.
-        let ptr = t.data_mut_ptr();
         let start = (ptr as usize).next_multiple_of(HUGE_PAGE);
         let end = (ptr as usize + bytes) / HUGE_PAGE * HUGE_PAGE;
         if end > start {
             crate::alloc::advise_huge_pages(ptr.wrapping_add(start - ptr as usize), end - start);
         }
     }
-    t
+}
+
+/// The memory of a fresh output of `run`: zeros, or (for an output the run writes whole)
+/// the allocator's memory as it comes, to be written by the run before [`FreshOutput::finish`]
+/// makes it a tensor.
+pub(crate) struct FreshOutput {
+    shape: Shape,
+    /// Zeros (length `numel`), or an empty vector with capacity for `numel` elements.
+    data: TensorData,
+    uninit: bool,
+}
+
+impl FreshOutput {
+    /// Memory for a `dtype` tensor of `shape`: uninitialised when `written_whole` (the run
+    /// writes every element), else zeros ([`fresh_output`]). Large ones get the huge-page
+    /// advice either way.
+    pub(crate) fn new(dtype: DType, shape: Shape, written_whole: bool) -> FreshOutput {
+        if !written_whole {
+            let t = fresh_output(dtype, shape);
+            let shape = t.shape().clone();
+            return FreshOutput {
+                shape,
+                data: t.into_data(),
+                uninit: false,
+            };
+        }
+        let n = shape.numel();
+        let mut data = TensorData::zeros(dtype, 0);
+        with_data!(&mut data, v => v.reserve_exact(n));
+        let mut out = FreshOutput {
+            shape,
+            data,
+            uninit: true,
+        };
+        advise_interior(out.ptr(), n * dtype.size_bytes());
+        out
+    }
+
+    /// Where element 0 goes; valid for the tensor's `numel` elements of its dtype.
+    pub(crate) fn ptr(&mut self) -> *mut u8 {
+        with_data!(&mut self.data, v => v.as_mut_ptr().cast::<u8>())
+    }
+
+    /// The tensor.
+    ///
+    /// # Safety
+    /// Every element of an output created uninitialised has been written with a valid value
+    /// of its dtype (for bool, 0 or 1) through [`FreshOutput::ptr`].
+    pub(crate) unsafe fn finish(mut self) -> HostTensor {
+        if self.uninit {
+            let n = self.shape.numel();
+            // SAFETY: the capacity is `n` (`reserve_exact` on an empty vector) and the caller
+            // has initialised all `n` elements.
+            with_data!(&mut self.data, v => unsafe { v.set_len(n) });
+        }
+        HostTensor::new(self.shape, self.data).expect("numel elements of its shape")
+    }
+}
+
+/// Whether the pages holding the middle of the `len` bytes at `p` (inside one allocation)
+/// have never been touched: not resident (Linux `mincore`). A fresh mapping's pages are not
+/// resident until first written, when the OS zeroes them; memory reused from an earlier
+/// tensor is. `None` where the OS cannot say (not Linux, or the call failed).
+pub(crate) fn untouched(p: *const u8, len: usize) -> Option<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        if len == 0 {
+            return Some(false);
+        }
+        const PAGE: usize = 4096;
+        let mid = (p as usize + len / 2) & !(PAGE - 1);
+        let mut resident = 0u8;
+        // SAFETY: `mid` is page-aligned and its page holds a byte of the caller's allocation,
+        // so the range is mapped; `mincore` only reads the page tables and writes one status
+        // byte (one page) to `resident`.
+        let r = unsafe { libc::mincore(mid as *mut libc::c_void, PAGE, &mut resident) };
+        (r == 0).then_some(resident & 1 == 0)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (p, len);
+        None
+    }
 }
 
 #[cfg(test)]
@@ -51,7 +138,7 @@ mod tests {
             eprintln!("skipped: this kernel has no transparent huge pages");
             return;
         }
-        let _flag = crate::alloc::HUGE_PAGES_TEST_LOCK
+        let _flag = crate::alloc::ALLOC_TEST_LOCK
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         for on in [false, true] {
@@ -78,5 +165,44 @@ mod tests {
             assert_eq!(t.dtype(), dtype);
             assert!((0..n).step_by(4099).all(|i| t.data().get_f64(i) == 0.0));
         }
+    }
+
+    /// A fresh mapping's pages are untouched until written; a written tensor's are not.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn pages_are_untouched_until_written() {
+        let n = 10 << 20;
+        let mut data: Vec<f32> = Vec::with_capacity(n);
+        let p = data.as_mut_ptr().cast::<u8>();
+        // Above glibc's largest mmap threshold (32 MiB): a fresh mapping.
+        assert_eq!(untouched(p, n * 4), Some(true));
+        data.resize(n, 1.0);
+        assert_eq!(untouched(data.as_ptr().cast(), n * 4), Some(false));
+        assert_eq!(untouched(p, 0), Some(false));
+    }
+
+    /// A fresh output the run writes whole is handed out as memory of its size, and becomes
+    /// the tensor of what was written; one it does not is zeros.
+    #[test]
+    fn fresh_outputs_are_written_or_zeroed() {
+        let shape = Shape::from([3usize, 5].as_slice());
+        let mut o = FreshOutput::new(DType::F32, shape.clone(), true);
+        let p = o.ptr().cast::<f32>();
+        for i in 0..15 {
+            // SAFETY: the output has room for its 15 elements.
+            unsafe { p.add(i).write(i as f32) };
+        }
+        // SAFETY: all 15 elements were written above.
+        let t = unsafe { o.finish() };
+        assert_eq!(t.shape(), &shape);
+        assert_eq!(
+            t.to_f32_vec(),
+            (0..15).map(|i| i as f32).collect::<Vec<_>>()
+        );
+        let o = FreshOutput::new(DType::I64, shape.clone(), false);
+        // SAFETY: a zeroed output needs no writes.
+        let t = unsafe { o.finish() };
+        assert_eq!(t.dtype(), DType::I64);
+        assert!((0..15).all(|i| t.data().get_f64(i) == 0.0));
     }
 }
