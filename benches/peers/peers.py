@@ -21,8 +21,9 @@ existed, the fused calls that alternated with the unfused plan's.
 machine moves less: after PyTorch's warm-up (and torch.compile's compile), each of N rounds
 runs `PATH bench --no-stream --json …` for the selected cases in a child process, then times
 PyTorch eager and torch.compile on the same cases in this one; each round gives one ratio per
-case (PyTorch's time over smelt's fused `run_into` called back to back, `fused_alone`), and
-the table shows their median with the lowest and highest. `--smelt-min-time-ms` sets smelt's
+case (PyTorch's time over smelt's fused `run_into` called back to back, `fused_alone`; and
+torch.compile's over smelt's `run`, fresh outputs like PyTorch's), and the table shows their
+median with the lowest and highest. `--smelt-min-time-ms` sets smelt's
 series length (default: this script's).
 
 Timing: median wall time of repeated calls after warm-up (torch.compile's first call, which
@@ -433,7 +434,8 @@ def rounds(a, device, cases, min_time, min_iters, write_json):
                 sys.exit(f"peers.py: smelt's {name} is missing or has other shapes")
             into = s["fused_alone"]["run_into"]["median_ms"]
             eager, _ = timed(fn, args, device, min_time, min_iters)
-            row = {"smelt_ms": into, "eager_ms": eager * 1e3}
+            row = {"smelt_ms": into, "eager_ms": eager * 1e3,
+                   "smelt_run_ms": s["fused_alone"]["run"]["median_ms"]}
             if name in compiled:
                 c, _ = timed(compiled[name], args, device, min_time, min_iters)
                 row["compiled_ms"] = c * 1e3
@@ -444,14 +446,17 @@ def rounds(a, device, cases, min_time, min_iters, write_json):
         return f"{statistics.median(xs):>6.2f}x ({min(xs):.2f}-{max(xs):.2f})"
 
     print(f"{a.rounds} rounds, smelt then PyTorch; ratio = PyTorch time / smelt fused run_into "
-          "(> 1: smelt is faster), median (lowest-highest)")
-    print(f"{'case':<30} {'smelt':>10} {'eager':>10} {'compiled':>10} {'eager/smelt':>22} "
-          f"{'compiled/smelt':>22}")
+          "(> 1: smelt is faster), median (lowest-highest); the last column against smelt's run "
+          "(fresh outputs every call, as PyTorch returns)")
+    print(f"{'case':<30} {'smelt':>10} {'smelt run':>10} {'eager':>10} {'compiled':>10} "
+          f"{'eager/smelt':>22} {'compiled/smelt':>22} {'compiled/run':>22}")
     for name, (r, *_rest) in cases.items():
         rows = r["rounds"]
         sm = statistics.median(x["smelt_ms"] for x in rows)
+        runs = [x["smelt_run_ms"] for x in rows if "smelt_run_ms" in x]
+        sr = f"{statistics.median(runs):>8.3f}ms" if runs else f"{'-':>10}"
         eg = statistics.median(x["eager_ms"] for x in rows)
-        line = f"{name:<30} {sm:>8.3f}ms {eg:>8.3f}ms "
+        line = f"{name:<30} {sm:>8.3f}ms {sr} {eg:>8.3f}ms "
         e_ratio = [x["eager_ms"] / x["smelt_ms"] for x in rows]
         r["eager_over_smelt_median"] = statistics.median(e_ratio)
         if all("compiled_ms" in x for x in rows):
@@ -459,8 +464,14 @@ def rounds(a, device, cases, min_time, min_iters, write_json):
             c_ratio = [x["compiled_ms"] / x["smelt_ms"] for x in rows]
             r["compiled_over_smelt_median"] = statistics.median(c_ratio)
             line += f"{cm:>8.3f}ms {spread(e_ratio):>22} {spread(c_ratio):>22}"
+            if len(runs) == len(rows):
+                r_ratio = [x["compiled_ms"] / x["smelt_run_ms"] for x in rows]
+                r["compiled_over_smelt_run_median"] = statistics.median(r_ratio)
+                line += f" {spread(r_ratio):>22}"
+            else:
+                line += f" {'-':>22}"
         else:
-            line += f"{'-':>10} {spread(e_ratio):>22} {'-':>22}"
+            line += f"{'-':>10} {spread(e_ratio):>22} {'-':>22} {'-':>22}"
         print(line)
     if a.json:
         write_json()
