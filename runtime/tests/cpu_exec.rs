@@ -1436,3 +1436,42 @@ fn gemms_whose_f32_partial_sums_overflow() {
         "one bound per cone"
     );
 }
+
+/// Outputs whose every element is an empty sum (a product over `k = 0`, on the GEMM step and
+/// as a kernel, and a sum over an empty axis) come out of `run` as zeros even when the memory
+/// they get held something else: `run` hands outputs the run writes whole over uninitialised
+/// memory, so the steps must write those zeros themselves. The heap is primed with NaN blocks
+/// of the outputs' sizes first, which glibc tends to hand back.
+#[test]
+fn empty_sums_are_zeros_in_fresh_outputs() {
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, [64, 0]).unwrap();
+    let b = g.input("b", DType::F32, [0, 96]).unwrap();
+    let e = g.input("e", DType::F32, [0, 33]).unwrap();
+    let mm = g.matmul(a, b).unwrap();
+    let s = g.reduce(ReduceOp::Sum, e, &[0], false).unwrap();
+    let one = g
+        .constant(HostTensor::from_f32([1], vec![1.0]).unwrap())
+        .unwrap();
+    let s1 = g.binary(BinaryOp::Add, s, one).unwrap();
+    g.set_output("mm", mm).unwrap();
+    g.set_output("s1", s1).unwrap();
+    let inputs = bind(&[
+        ("a", &HostTensor::from_f32([64, 0], vec![]).unwrap()),
+        ("b", &HostTensor::from_f32([0, 96], vec![]).unwrap()),
+        ("e", &HostTensor::from_f32([0, 33], vec![]).unwrap()),
+    ]);
+    for _ in 0..3 {
+        for n in [64 * 96, 33] {
+            drop(std::hint::black_box(vec![f32::NAN; n]));
+        }
+        let (_, got) = fused_run(&g, &inputs);
+        let mm = got.iter().find(|(n, _)| n == "mm").unwrap().1.to_f32_vec();
+        let s1 = got.iter().find(|(n, _)| n == "s1").unwrap().1.to_f32_vec();
+        assert!(
+            mm.len() == 64 * 96 && mm.iter().all(|&x| x == 0.0),
+            "{mm:?}"
+        );
+        assert!(s1.len() == 33 && s1.iter().all(|&x| x == 1.0), "{s1:?}");
+    }
+}
