@@ -10,6 +10,12 @@
 //! nor the validity of the memory. `crate::alloc::set_huge_pages(false)` turns it off, as it
 //! does for the mappings of [`crate::alloc::LargeAligned`] (which advises every block of
 //! ≥ 32 MiB, inputs and arenas included, when it maps it).
+//!
+//! An output the run writes whole needs no zeros at all: [`FreshOutput`] hands the run the
+//! allocator's memory as it comes (under `LargeAligned`, a block an earlier tensor of the
+//! same size left, whose pages are already there) and makes it a tensor only after the run.
+//! [`untouched`] tells the executor whether an output's pages are still to be faulted in, in
+//! which case kernels write it with plain stores rather than streaming ones.
 
 use smelt_ir::{with_data, DType, HostTensor, Shape, TensorData};
 
@@ -107,13 +113,17 @@ pub(crate) fn untouched(p: *const u8, len: usize) -> Option<bool> {
         if len == 0 {
             return Some(false);
         }
-        const PAGE: usize = 4096;
-        let mid = (p as usize + len / 2) & !(PAGE - 1);
+        // SAFETY: `sysconf` reads a system constant.
+        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            n if n > 0 && (n as usize).is_power_of_two() => n as usize,
+            _ => return None,
+        };
+        let mid = (p as usize + len / 2) & !(page - 1);
         let mut resident = 0u8;
         // SAFETY: `mid` is page-aligned and its page holds a byte of the caller's allocation,
         // so the range is mapped; `mincore` only reads the page tables and writes one status
         // byte (one page) to `resident`.
-        let r = unsafe { libc::mincore(mid as *mut libc::c_void, PAGE, &mut resident) };
+        let r = unsafe { libc::mincore(mid as *mut libc::c_void, page, &mut resident) };
         (r == 0).then_some(resident & 1 == 0)
     }
     #[cfg(not(target_os = "linux"))]
