@@ -11,10 +11,10 @@
 //! does for the mappings of [`crate::alloc::LargeAligned`] (which advises every block of
 //! ≥ 32 MiB, inputs and arenas included, when it maps it).
 //!
-//! An output the run writes whole needs no zeros at all: [`FreshOutput`] hands the run the
+//! An output the run writes whole needs no zeros at all: `FreshOutput` hands the run the
 //! allocator's memory as it comes (under `LargeAligned`, a block an earlier tensor of the
 //! same size left, whose pages are already there) and makes it a tensor only after the run.
-//! [`untouched`] tells the executor whether an output's pages are still to be faulted in, in
+//! `untouched` tells the executor whether an output's pages are still to be faulted in, in
 //! which case kernels write it with plain stores rather than streaming ones.
 
 use smelt_ir::{with_data, DType, HostTensor, Shape, TensorData};
