@@ -82,6 +82,14 @@ impl FreshOutput {
         out
     }
 
+    pub(crate) fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    pub(crate) fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
     /// Where element 0 goes; valid for the tensor's `numel` elements of its dtype.
     pub(crate) fn ptr(&mut self) -> *mut u8 {
         with_data!(&mut self.data, v => v.as_mut_ptr().cast::<u8>())

@@ -27,6 +27,7 @@ use super::exec_error::{driver_err, invalid, CudaExecError, ExecResult};
 use super::launch::{BufferLoc, GemmBackend, KernelArg, LaunchPlan, LaunchStep, Trans};
 use super::{driver, nvrtc, Arch, CompileOptions, KernelImage};
 use crate::cache::KernelCache;
+use crate::cpu::pages::FreshOutput;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr};
 use smelt_codegen::cuda::STATUS_WORD;
 use smelt_ir::{with_data, DType, HostTensor, Shape, TensorData};
@@ -450,6 +451,17 @@ fn fill_host(t: &mut HostTensor, bytes: &[u8]) -> ExecResult<()> {
     Ok(())
 }
 
+/// Copies a host output's bytes into `run`'s fresh output (its dtype and shape checked by
+/// `check_outputs`), which this initialises whole.
+fn fill_fresh(t: &mut FreshOutput, bytes: &[u8]) {
+    let n = t.shape().numel() * t.dtype().size_bytes();
+    assert_eq!(n, bytes.len(), "fill_fresh size");
+    // SAFETY: `t` has room for exactly `n` bytes of plain-data elements (checked above) and
+    // `bytes` holds as many; a bool is written only from 0/1 bytes produced by the kernels or
+    // copied from a host bool tensor.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.ptr(), n) };
+}
+
 /// Waits for every operation of the context. The "synchronous" `cuMemcpyHtoD` from pageable
 /// memory and `cuMemsetD8` may still be in flight on the legacy stream when they return, and
 /// the runs' non-blocking streams do not wait for it.
@@ -676,6 +688,8 @@ enum Inputs<'a> {
 
 enum Outputs<'a> {
     Host(&'a mut [HostTensor]),
+    /// `run`'s own host outputs, uninitialised until the copy back from the device fills them.
+    Fresh(&'a mut [FreshOutput]),
     Device(&'a mut [DeviceTensor]),
 }
 
@@ -1015,14 +1029,18 @@ impl CudaProgram {
         stream: &CudaStream,
         inputs: &HashMap<String, HostTensor>,
     ) -> ExecResult<Vec<(String, HostTensor)>> {
-        let mut outs: Vec<HostTensor> = self
+        // Every host output is copied back from the device whole: no zeros needed first.
+        let mut outs: Vec<FreshOutput> = self
             .plan
             .outputs
             .iter()
             .zip(&self.output_shapes)
-            .map(|(o, s)| crate::cpu::pages::fresh_output(o.dtype, s.clone()))
+            .map(|(o, s)| FreshOutput::new(o.dtype, s.clone(), true))
             .collect();
-        self.run_into_on_stream(stream, inputs, &mut outs)?;
+        self.run_impl(stream, Inputs::Host(inputs), Outputs::Fresh(&mut outs))?;
+        // SAFETY: the run succeeded, and its last step copied every byte of each host output
+        // from the device (`fill_host` / `fill_fresh`).
+        let outs = outs.into_iter().map(|t| unsafe { t.finish() }).collect();
         Ok(self.named(outs))
     }
 
@@ -1114,6 +1132,7 @@ impl CudaProgram {
     fn check_outputs(&self, outputs: &Outputs) -> ExecResult<()> {
         let n = match outputs {
             Outputs::Host(o) => o.len(),
+            Outputs::Fresh(o) => o.len(),
             Outputs::Device(o) => o.len(),
         };
         if n != self.plan.outputs.len() {
@@ -1132,10 +1151,11 @@ impl CudaProgram {
         {
             let (dtype, got_shape, ordinal) = match outputs {
                 Outputs::Host(t) => (t[i].dtype(), t[i].shape(), None),
+                Outputs::Fresh(t) => (t[i].dtype(), t[i].shape(), None),
                 Outputs::Device(t) => (t[i].dtype, &t[i].shape, Some(t[i].ordinal())),
             };
             let shape_ok = match outputs {
-                Outputs::Host(_) => got_shape == shape,
+                Outputs::Host(_) | Outputs::Fresh(_) => got_shape == shape,
                 Outputs::Device(_) => got_shape.numel() == o.numel,
             };
             if dtype != o.dtype || !shape_ok || ordinal.is_some_and(|d| d != self.ctx.ordinal()) {
@@ -1207,7 +1227,8 @@ impl CudaProgram {
         // A second run of this program waits here for the first to finish.
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *guard;
-        let host = matches!(inputs, Inputs::Host(_)) || matches!(outputs, Outputs::Host(_));
+        let host = matches!(inputs, Inputs::Host(_))
+            || matches!(outputs, Outputs::Host(_) | Outputs::Fresh(_));
         if host && state.staging.is_none() {
             state.staging = Some(PinnedAlloc::new(&self.ctx, self.plan.staging_bytes)?);
         }
@@ -1267,11 +1288,18 @@ impl CudaProgram {
                 kernels: self.checked_kernels.clone(),
             });
         }
-        if let Outputs::Host(outs) = &mut outputs {
-            for (o, t) in self.plan.outputs.iter().zip(outs.iter_mut()) {
-                let bytes = o.numel * o.dtype.size_bytes();
-                let src = staged(&mut state.staging, o.staging_offset, bytes)?;
-                fill_host(t, src)?;
+        for (i, o) in self.plan.outputs.iter().enumerate() {
+            let bytes = o.numel * o.dtype.size_bytes();
+            match &mut outputs {
+                Outputs::Host(outs) => fill_host(
+                    &mut outs[i],
+                    staged(&mut state.staging, o.staging_offset, bytes)?,
+                )?,
+                Outputs::Fresh(outs) => fill_fresh(
+                    &mut outs[i],
+                    staged(&mut state.staging, o.staging_offset, bytes)?,
+                ),
+                Outputs::Device(_) => {}
             }
         }
         Ok(elapsed)
@@ -1480,7 +1508,7 @@ impl CudaProgram {
             }
             let src = state.ptrs[o.buffer];
             match outputs {
-                Outputs::Host(_) => {
+                Outputs::Host(_) | Outputs::Fresh(_) => {
                     let staged = staged(&mut state.staging, o.staging_offset, bytes)?;
                     // SAFETY: `src` holds the output buffer's bytes; the destination is pinned
                     // memory read only after the stream is synchronised.
