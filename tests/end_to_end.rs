@@ -183,9 +183,9 @@ fn packed_linear_weights_match_the_reference() {
 /// `no_streaming_stores`, `no_interleave_vectors`) reach the JIT and
 /// change no value: the same graph (a bias, a GELU and a softmax over a 16 MiB tensor, the
 /// only output, so that streaming applies; the bias bound after compilation, which
-/// recompiles) gives the same bits under every combination, through `run` (fresh outputs:
-/// the plain-store twin of a streaming kernel) and through `run_into` (the caller's
-/// tensors: the streaming kernel itself).
+/// recompiles) gives the same bits under every combination, through `run` and through
+/// `run_into` (whose outputs, on pages touched or not, run a streaming kernel's two
+/// entries).
 #[test]
 fn cpu_codegen_options_change_no_value() {
     use smelt::frontend::Tracer;
