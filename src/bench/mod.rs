@@ -165,7 +165,10 @@ pub struct HugePages {
 /// development VM huge pages made the large fused cases 8–25% faster, the copy reference 10%
 /// (BENCHMARKS.md).
 pub fn huge_pages() -> Option<HugePages> {
-    let probe = vec![1.0f32; 1 << 24];
+    // Zeroed, so that it is a fresh mapping (`alloc_zeroed` never takes a block
+    // `LargeAligned` kept), then written once.
+    let mut probe = std::hint::black_box(vec![0.0f32; 1 << 24]);
+    probe.fill(1.0);
     let bytes = std::mem::size_of_val(probe.as_slice()) as u64;
     let m = smelt_runtime::alloc::mapping_of(probe.as_ptr().cast())?;
     Some(HugePages {

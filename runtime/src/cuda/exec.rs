@@ -1039,7 +1039,7 @@ impl CudaProgram {
             .collect();
         self.run_impl(stream, Inputs::Host(inputs), Outputs::Fresh(&mut outs))?;
         // SAFETY: the run succeeded, and its last step copied every byte of each host output
-        // from the device (`fill_host` / `fill_fresh`).
+        // from the device (`fill_fresh`).
         let outs = outs.into_iter().map(|t| unsafe { t.finish() }).collect();
         Ok(self.named(outs))
     }
