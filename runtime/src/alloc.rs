@@ -89,7 +89,7 @@ static HUGE_PAGES: AtomicBool = AtomicBool::new(true);
 pub fn set_huge_pages(on: bool) {
     HUGE_PAGES.store(on, Ordering::Relaxed);
     // Kept blocks have the old setting's advice; new ones are mapped with the new one.
-    release_kept_blocks(Duration::ZERO);
+    release_older(&mut lock_kept(), Duration::ZERO);
 }
 
 /// Whether blocks mapped from now on ask for transparent huge pages ([`set_huge_pages`]).
@@ -124,9 +124,12 @@ struct Kept {
     freed: Instant,
 }
 
-/// The kept blocks. Locked only for a scan of [`KEPT_SLOTS`] entries; nothing inside the
-/// lock allocates.
-static KEPT: Mutex<[Option<Kept>; KEPT_SLOTS]> = Mutex::new([None; KEPT_SLOTS]);
+/// The kept blocks' slots.
+type Slots = [Option<Kept>; KEPT_SLOTS];
+
+/// The kept blocks. Locked only for a scan of [`KEPT_SLOTS`] entries and the unmapping of the
+/// blocks it releases; nothing inside the lock allocates.
+static KEPT: Mutex<Slots> = Mutex::new([None; KEPT_SLOTS]);
 
 /// Sets how many bytes of freed mapped blocks (of at least [`MAPPED`] bytes) [`LargeAligned`]
 /// keeps to hand out again (default [`BLOCK_CACHE_LIMIT`]; 0 keeps none, and unmaps the kept
@@ -141,17 +144,7 @@ pub fn set_block_cache_limit(bytes: usize) {
     BLOCK_CACHE_BYTES.store(bytes, Ordering::Relaxed);
     // Over the new limit: drop the oldest until it fits.
     let mut kept = lock_kept();
-    while kept.iter().flatten().map(|k| k.size).sum::<usize>() > bytes {
-        let Some(oldest) = (0..KEPT_SLOTS)
-            .filter(|&i| kept[i].is_some())
-            .min_by_key(|&i| kept[i].map(|k| k.freed))
-        else {
-            break;
-        };
-        if let Some(k) = kept[oldest].take() {
-            unmap(k.addr as *mut u8, k.size);
-        }
-    }
+    while total(&kept) > bytes && evict_oldest(&mut kept).is_some() {}
 }
 
 /// How many bytes of freed mapped blocks are kept for reuse ([`set_block_cache_limit`]).
@@ -161,7 +154,7 @@ pub fn block_cache_limit() -> usize {
 
 /// The bytes of freed mapped blocks kept now.
 pub fn kept_block_bytes() -> usize {
-    lock_kept().iter().flatten().map(|k| k.size).sum()
+    total(&lock_kept())
 }
 
 /// How many freed mapped blocks of exactly `size` bytes are kept now.
@@ -173,22 +166,34 @@ pub fn kept_blocks(size: usize) -> usize {
         .count()
 }
 
-fn lock_kept() -> std::sync::MutexGuard<'static, [Option<Kept>; KEPT_SLOTS]> {
+fn lock_kept() -> std::sync::MutexGuard<'static, Slots> {
     // Nothing panics while holding it, but a poisoned lock still guards valid entries.
     KEPT.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The bytes kept in `kept`.
+fn total(kept: &Slots) -> usize {
+    kept.iter().flatten().map(|k| k.size).sum()
+}
+
 /// Unmaps the kept blocks freed at least `age` ago (all of them for `Duration::ZERO`).
-fn release_kept_blocks(age: Duration) {
+fn release_older(kept: &mut Slots, age: Duration) {
     let now = Instant::now();
-    let mut kept = lock_kept();
     for slot in kept.iter_mut() {
-        if slot.is_some_and(|k| now.duration_since(k.freed) >= age) {
-            if let Some(k) = slot.take() {
-                unmap(k.addr as *mut u8, k.size);
-            }
+        if let Some(k) = slot.take_if(|k| now.duration_since(k.freed) >= age) {
+            unmap(k.addr as *mut u8, k.size);
         }
     }
+}
+
+/// Unmaps the block kept longest; its size, or `None` when none is kept.
+fn evict_oldest(kept: &mut Slots) -> Option<usize> {
+    let oldest = (0..KEPT_SLOTS)
+        .filter(|&i| kept[i].is_some())
+        .min_by_key(|&i| kept[i].map(|k| k.freed))?;
+    let k = kept[oldest].take()?;
+    unmap(k.addr as *mut u8, k.size);
+    Some(k.size)
 }
 
 /// A kept block of exactly `size` bytes, taken out of the cache (the newest such).
@@ -196,8 +201,8 @@ fn take_kept(size: usize) -> Option<*mut u8> {
     if block_cache_limit() == 0 {
         return None;
     }
-    release_kept_blocks(BLOCK_CACHE_KEEP);
     let mut kept = lock_kept();
+    release_older(&mut kept, BLOCK_CACHE_KEEP);
     let i = (0..KEPT_SLOTS)
         .filter(|&i| kept[i].is_some_and(|k| k.size == size))
         .max_by_key(|&i| kept[i].map(|k| k.freed))?;
@@ -212,14 +217,13 @@ fn keep_or_unmap(p: *mut u8, size: usize) {
         unmap(p, size);
         return;
     }
-    release_kept_blocks(BLOCK_CACHE_KEEP);
     let mut kept = lock_kept();
-    let mut total: usize = kept.iter().flatten().map(|k| k.size).sum();
+    release_older(&mut kept, BLOCK_CACHE_KEEP);
+    let mut bytes = total(&kept);
     loop {
-        let free_slot = kept.iter().position(Option::is_none);
-        if total + size <= limit {
-            if let Some(i) = free_slot {
-                kept[i] = Some(Kept {
+        if bytes + size <= limit {
+            if let Some(slot) = kept.iter_mut().find(|s| s.is_none()) {
+                *slot = Some(Kept {
                     addr: p as usize,
                     size,
                     freed: Instant::now(),
@@ -227,17 +231,10 @@ fn keep_or_unmap(p: *mut u8, size: usize) {
                 return;
             }
         }
-        let Some(oldest) = (0..KEPT_SLOTS)
-            .filter(|&i| kept[i].is_some())
-            .min_by_key(|&i| kept[i].map(|k| k.freed))
-        else {
+        match evict_oldest(&mut kept) {
+            Some(n) => bytes -= n,
             // Nothing kept and still no room: cannot happen (size <= limit), but unmap.
-            unmap(p, size);
-            return;
-        };
-        if let Some(k) = kept[oldest].take() {
-            total -= k.size;
-            unmap(k.addr as *mut u8, k.size);
+            None => return unmap(p, size),
         }
     }
 }
