@@ -84,9 +84,6 @@ pub struct CpuProgram {
     pool: PoolRef,
     arena: Mutex<Arena>,
     max_args: usize,
-    /// The outputs (indices) written by a kernel with a plain-store twin: each run asks the
-    /// OS whether their pages were touched yet (`pages::untouched`).
-    twin_outputs: Vec<usize>,
     /// `SMELT_CPU_PROFILE` was set at compile time: every run prints each step's time to
     /// stderr (a diagnostic; it allocates).
     profile: bool,
@@ -143,6 +140,9 @@ struct OutputSpec {
     /// Whether the run writes every element (the steps provably do, or the run fills or
     /// copies it): `run` then gives it uninitialised memory rather than zeros.
     written_whole: bool,
+    /// A kernel with a plain-store twin writes it: each run asks the OS whether its pages
+    /// were touched yet (`pages::untouched`).
+    by_twin: bool,
 }
 
 /// How an output's caller tensor gets its contents.
@@ -368,22 +368,14 @@ impl CpuProgram {
                     shape: Shape::new(&[d.numel]),
                     fill,
                     written_whole: fill != Fill::InPlace || program.writes_every_element(*b),
+                    by_twin: steps.iter().any(|s| {
+                        matches!(s, ExecStep::Kernel { kernel, outputs, .. }
+                            if kernel.has_plain_twin() && outputs.contains(&i))
+                    }),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let arena = Arena::new(&slots_plan, slots.len(), max_args);
-        let mut twin_outputs: Vec<usize> = steps
-            .iter()
-            .filter_map(|s| match s {
-                ExecStep::Kernel {
-                    kernel, outputs, ..
-                } if kernel.has_plain_twin() => Some(outputs.iter().copied()),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        twin_outputs.sort_unstable();
-        twin_outputs.dedup();
         Ok(CpuProgram {
             steps,
             slots,
@@ -392,7 +384,6 @@ impl CpuProgram {
             pool,
             arena: Mutex::new(arena),
             max_args,
-            twin_outputs,
             profile: std::env::var_os("SMELT_CPU_PROFILE").is_some(),
         })
     }
@@ -651,7 +642,7 @@ impl CpuProgram {
                     unsafe { std::ptr::write_bytes(p, 0, bytes) };
                 }
             }
-            if self.twin_outputs.contains(&i) {
+            if o.by_twin {
                 untouched[i] = super::pages::untouched(p, bytes).unwrap_or(fresh);
             }
         }
