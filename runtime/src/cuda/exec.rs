@@ -443,23 +443,22 @@ pub(super) fn host_bytes(d: &TensorData) -> &[u8] {
 /// Overwrites `t`'s elements with `bytes` (exactly its byte size).
 fn fill_host(t: &mut HostTensor, bytes: &[u8]) -> ExecResult<()> {
     let n = t.numel() * t.dtype().size_bytes();
-    assert_eq!(n, bytes.len(), "fill_host size");
-    // SAFETY: `t` holds exactly `n` bytes of plain-data elements (checked above) and `bytes`
-    // as many; a bool is written only from 0/1 bytes produced by the kernels or copied from a
-    // host bool tensor.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.data_mut_ptr(), n) };
+    // SAFETY: `t` holds exactly `n` bytes of its elements.
+    unsafe { fill_bytes(t.data_mut_ptr(), n, bytes) };
     Ok(())
 }
 
-/// Copies a host output's bytes into `run`'s fresh output (its dtype and shape checked by
-/// `check_outputs`), which this initialises whole.
-fn fill_fresh(t: &mut FreshOutput, bytes: &[u8]) {
-    let n = t.shape().numel() * t.dtype().size_bytes();
-    assert_eq!(n, bytes.len(), "fill_fresh size");
-    // SAFETY: `t` has room for exactly `n` bytes of plain-data elements (checked above) and
-    // `bytes` holds as many; a bool is written only from 0/1 bytes produced by the kernels or
-    // copied from a host bool tensor.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.ptr(), n) };
+/// Writes `bytes` (exactly `n` of them) to the `n` bytes at `dst`.
+///
+/// # Safety
+/// `dst` is valid for writes of `n` bytes, the elements of a host tensor (or of the room for
+/// one), and does not overlap `bytes`.
+unsafe fn fill_bytes(dst: *mut u8, n: usize, bytes: &[u8]) {
+    assert_eq!(n, bytes.len(), "fill size");
+    // SAFETY: the caller's contract, and `bytes` holds `n` bytes (checked above); the
+    // elements are plain data, and a bool is written only from 0/1 bytes produced by the
+    // kernels or copied from a host bool tensor.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, n) };
 }
 
 /// Waits for every operation of the context. The "synchronous" `cuMemcpyHtoD` from pageable
@@ -1039,7 +1038,7 @@ impl CudaProgram {
             .collect();
         self.run_impl(stream, Inputs::Host(inputs), Outputs::Fresh(&mut outs))?;
         // SAFETY: the run succeeded, and its last step copied every byte of each host output
-        // from the device (`fill_fresh`).
+        // from the device (`fill_bytes`).
         let outs = outs.into_iter().map(|t| unsafe { t.finish() }).collect();
         Ok(self.named(outs))
     }
@@ -1295,10 +1294,16 @@ impl CudaProgram {
                     &mut outs[i],
                     staged(&mut state.staging, o.staging_offset, bytes)?,
                 )?,
-                Outputs::Fresh(outs) => fill_fresh(
-                    &mut outs[i],
-                    staged(&mut state.staging, o.staging_offset, bytes)?,
-                ),
+                // SAFETY: `run` made each fresh output with this output's dtype and shape
+                // (`check_outputs` compared them), so it has room for exactly `bytes` bytes;
+                // the staging buffer is distinct memory.
+                Outputs::Fresh(outs) => unsafe {
+                    fill_bytes(
+                        outs[i].ptr(),
+                        bytes,
+                        staged(&mut state.staging, o.staging_offset, bytes)?,
+                    )
+                },
                 Outputs::Device(_) => {}
             }
         }
