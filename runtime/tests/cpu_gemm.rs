@@ -431,6 +431,72 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
     }
 }
 
+/// The packed right operand of the panel kernel against its documented layout, computed
+/// here element by element: each column block (`rhs_column_blocks`) from element `k * c` of
+/// its first column `c`, in whole pairs of 32 columns, panel `q` of a block holding element
+/// `(i, j)` at `q * k * 16 + i * 16 + j % 16`, zeros past the block's last column. The
+/// operands are large enough that packing is split among threads, with ragged column counts;
+/// the layout must not depend on how many threads packed it.
+#[test]
+fn packed_panels_have_the_documented_layout() {
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    if !avx512 {
+        println!("skipped: no AVX-512F, so no panel kernel");
+        return;
+    }
+    for (m, k, n) in [(8, 700, 397), (100, 517, 771), (1, 3000, 130), (64, 1, 300)] {
+        // A value that names its position: row i, column j.
+        let at = |i: usize, j: usize| (i * 4096 + j) as f32;
+        for threads in 1..=3 {
+            let mut plan = MatmulPlan::new(
+                DType::F32,
+                &MatmulOperand::contiguous(&[m, k]),
+                &MatmulOperand::contiguous(&[k, n]),
+            )
+            .unwrap();
+            plan.panel_rhs(threads).unwrap();
+            let blocks = plan
+                .rhs_column_blocks(threads)
+                .unwrap_or_else(|| vec![0..n]);
+            let mut want = Vec::new();
+            for b in &blocks {
+                assert_eq!(want.len(), k * b.start, "{m}x{k}x{n}: block {b:?}");
+                for q in 0..b.len().div_ceil(32) * 2 {
+                    for i in 0..k {
+                        for j in 0..16 {
+                            let c = b.start + q * 16 + j;
+                            want.push(if c < b.end { at(i, c) } else { 0.0 });
+                        }
+                    }
+                }
+            }
+            let got = plan.pack_panels(threads, at);
+            assert!(
+                got.len() == want.len()
+                    && got
+                        .iter()
+                        .zip(&want)
+                        .all(|(g, w)| g.to_bits() == w.to_bits()),
+                "{m}x{k}x{n}, {threads} threads: packed operand differs from its layout"
+            );
+            let (aligned, first) = plan.pack_panels_aligned(threads, at);
+            assert_eq!(aligned.as_ptr().wrapping_add(first) as usize % 64, 0);
+            assert!(aligned[..first].iter().all(|&v| v == 0.0));
+            assert!(
+                aligned[first..]
+                    .iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits())
+                    && aligned.len() - first == want.len(),
+                "{m}x{k}x{n}, {threads} threads: aligned copy differs"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_general_strided_operand_is_read_in_place() {
     // lhs: the [3, 4] block at column 2 of a row-major [3, 10] buffer; rhs: the transpose of a

@@ -46,6 +46,7 @@ use gemm::Parallelism;
 use half::{bf16, f16};
 use operand::{layout, Layout};
 use smelt_ir::{DType, HostTensor, TensorData};
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 const OP: &str = "matmul";
@@ -230,7 +231,7 @@ impl MatmulPlan {
     /// The right operand `at(i, j)` (`i < k`, `j < n`) in the layout [`MatmulPlan::panel_rhs`]
     /// declared for `threads` threads: each block from element `k * c` of its first column
     /// `c` (a multiple of 32), whole 32-column pairs, zeros past the last column.
-    pub fn pack_panels(&self, threads: usize, at: impl Fn(usize, usize) -> f32) -> Vec<f32> {
+    pub fn pack_panels(&self, threads: usize, at: impl Fn(usize, usize) -> f32 + Sync) -> Vec<f32> {
         let mut out = Vec::with_capacity(panel::packed_len(self.k, self.n));
         self.pack_panels_into(&mut out, threads, at);
         out
@@ -243,7 +244,7 @@ impl MatmulPlan {
     pub fn pack_panels_aligned(
         &self,
         threads: usize,
-        at: impl Fn(usize, usize) -> f32,
+        at: impl Fn(usize, usize) -> f32 + Sync,
     ) -> (Vec<f32>, usize) {
         const LINE: usize = 64 / std::mem::size_of::<f32>();
         let mut out: Vec<f32> = Vec::with_capacity(LINE - 1 + panel::packed_len(self.k, self.n));
@@ -254,22 +255,69 @@ impl MatmulPlan {
         (out, pad)
     }
 
-    /// Appends the packed operand of [`MatmulPlan::pack_panels`] to `out`.
+    /// Appends the packed operand of [`MatmulPlan::pack_panels`] to `out`, its panels
+    /// divided among up to `threads` threads when the operand is large, each written once
+    /// (no zeroing first). Packing is a compile-time cost paid for every bound weight, mostly
+    /// in cache misses and page faults, which the second core halves: on the development VM
+    /// the MLP case's compile from the in-process cache (its two weights packed) went from
+    /// 20.4–20.9 ms (packed on one thread, element after element) to 8.8–12.2 ms
+    /// (BENCHMARKS.md).
     fn pack_panels_into(
         &self,
         out: &mut Vec<f32>,
         threads: usize,
-        at: impl Fn(usize, usize) -> f32,
+        at: impl Fn(usize, usize) -> f32 + Sync,
     ) {
+        /// Below this many elements, one thread packs (a thread's start costs tens of µs).
+        const PARALLEL_MIN: usize = 1 << 18;
         let (k, n) = (self.k, self.n);
         let blocks = self
             .rhs_column_blocks(threads)
             .unwrap_or_else(|| std::iter::once(0..n).collect());
-        let base = out.len();
-        for b in blocks.into_iter().filter(|b| !b.is_empty()) {
-            debug_assert_eq!(out.len() - base, k * b.start, "blocks start at k * column");
-            panel::pack_panels(out, k, b, &at);
+        // The first column and the block's end of every panel, in storage order: blocks are
+        // stored one after the other, each in whole pairs of panels.
+        let panels: Vec<(usize, usize)> = blocks
+            .iter()
+            .flat_map(|b| {
+                let count = panel::packed_len(k, b.len()) / (k * panel::PANEL);
+                (0..count).map(move |p| (b.start + p * panel::PANEL, b.end))
+            })
+            .collect();
+        let len = panels.len() * k * panel::PANEL;
+        out.reserve(len);
+        if len > 0 {
+            let parts = if len < PARALLEL_MIN {
+                1
+            } else {
+                threads.clamp(1, panels.len())
+            };
+            let mut work: Vec<_> = out.spare_capacity_mut()[..len]
+                .chunks_exact_mut(k * panel::PANEL)
+                .zip(&panels)
+                .collect();
+            // A panel's memory, with its first column and the end of its block.
+            type Panel<'a> = (&'a mut [MaybeUninit<f32>], &'a (usize, usize));
+            let fill = |group: &mut [Panel]| {
+                for (dst, &(first, end)) in group {
+                    panel::fill_panel(dst, k, first, end, &at);
+                }
+            };
+            // Each thread writes (and so faults in) its own panels.
+            let per = work.len().div_ceil(parts);
+            std::thread::scope(|s| {
+                let mut groups = work.chunks_mut(per);
+                let mine = groups.next();
+                for group in groups {
+                    s.spawn(|| fill(group));
+                }
+                if let Some(group) = mine {
+                    fill(group);
+                }
+            });
         }
+        // SAFETY: `reserve` made room for `len` more elements, and `fill_panel` wrote every
+        // element of each of the panels, which cover the `len`.
+        unsafe { out.set_len(out.len() + len) };
     }
 
     /// The column ranges of the tiles a pool of `threads` threads splits this product into,

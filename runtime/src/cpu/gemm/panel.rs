@@ -22,6 +22,7 @@
 //! nor on whether the right operand was packed, so results are bitwise identical across pool
 //! sizes and between bound and run-time weights.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 /// Columns per panel (one 512-bit vector of f32).
@@ -76,13 +77,42 @@ pub(super) fn pack_panels(
     cols: Range<usize>,
     at: impl Fn(usize, usize) -> f32,
 ) {
-    let panels = cols.len().div_ceil(PAIR) * 2;
-    out.reserve(panels * k * PANEL);
-    for p in 0..panels {
-        for i in 0..k {
-            for j in 0..PANEL {
-                let c = cols.start + p * PANEL + j;
-                out.push(if c < cols.end { at(i, c) } else { 0.0 });
+    let len = packed_len(k, cols.len());
+    out.reserve(len);
+    if k > 0 {
+        for (p, panel) in out.spare_capacity_mut()[..len]
+            .chunks_exact_mut(k * PANEL)
+            .enumerate()
+        {
+            fill_panel(panel, k, cols.start + p * PANEL, cols.end, &at);
+        }
+    }
+    // SAFETY: `reserve` made room for `len` more elements, and `fill_panel` wrote every
+    // element of each of the `len / (k * 16)` panels (`len` is 0 when `k` is).
+    unsafe { out.set_len(out.len() + len) };
+}
+
+/// Writes the panel of the `k`-row operand `at(i, j)` whose first column is `first` (columns
+/// from `end` on are zero) to `panel`: every one of its `k * 16` elements.
+///
+/// In tiles of 16 x 16, column after column: a weight stored transposed (`at(i, j)` at
+/// `i + j * stride`, a linear layer's) is then read a cache line at a time while the tile's
+/// writes stay in the L1 cache.
+pub(super) fn fill_panel(
+    panel: &mut [MaybeUninit<f32>],
+    k: usize,
+    first: usize,
+    end: usize,
+    at: impl Fn(usize, usize) -> f32,
+) {
+    const TILE: usize = 16;
+    debug_assert_eq!(panel.len(), k * PANEL);
+    let width = end.saturating_sub(first).min(PANEL);
+    for i0 in (0..k).step_by(TILE) {
+        let rows = i0..(i0 + TILE).min(k);
+        for j in 0..PANEL {
+            for i in rows.clone() {
+                panel[i * PANEL + j].write(if j < width { at(i, first + j) } else { 0.0 });
             }
         }
     }
