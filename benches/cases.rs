@@ -6,8 +6,15 @@
 //!
 //! `cargo bench --bench cases` (all), `cargo bench --bench cases -- softmax` (a filter).
 //! `smelt bench` measures the same cases with a copy-bandwidth reference and more detail.
+//!
+//! The `compile-<case>` groups time a fused CPU compile with the case's weights bound, for the
+//! cases with weight matrices (the MLP and the encoder layer), from the in-process kernel
+//! cache: what is left is planning and the copies of the weights that linear layers read
+//! packed. `default` packs them for the panel kernel (AVX-512, up to 128 rows), `gemm-crate`
+//! for the `gemm` crate, as on a CPU without AVX-512 or for more than 128 tokens.
+//! `cargo bench --bench cases -- compile` runs only these.
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use smelt::bench::cases::{self, Size};
 use smelt::{compile_with, Device, Options};
 use std::time::Duration;
@@ -107,5 +114,43 @@ fn bench_cases(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_cases);
+fn bench_compile(c: &mut Criterion) {
+    let filter = filter();
+    for case in cases::all() {
+        let name = format!("compile-{}", case.name);
+        if let Some(f) = &filter {
+            if !(f.contains(&name) || name.contains(f.as_str())) {
+                continue;
+            }
+        }
+        let graph = case.build(Size::Full).expect("the case traces");
+        let (_, params) = cases::data(&graph, 1).expect("f32 data");
+        if !params.values().any(|t| t.shape().rank() == 2) {
+            continue;
+        }
+        let mut group = c.benchmark_group(name);
+        group
+            .sample_size(20)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(2));
+        for (label, panel_rows) in [("default", None), ("gemm-crate", Some(0))] {
+            let options = Options {
+                device: Device::Cpu,
+                params: params.clone(),
+                gemm_panel_max_rows: panel_rows,
+                ..Options::default()
+            };
+            group.bench_function(label, |b| {
+                b.iter_batched(
+                    || options.clone(),
+                    |o| compile_with(&graph, o).expect("the case compiles"),
+                    BatchSize::PerIteration,
+                )
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench_cases, bench_compile);
 criterion_main!(benches);

@@ -781,8 +781,12 @@ fn pack_rhs(
     } else {
         let blocks = blocks.unwrap_or_else(|| std::iter::once(0..n).collect());
         let data = match t.data() {
-            TensorData::F32(v) => TensorData::F32(copy_blocks(v, offset, sn as usize, k, &blocks)),
-            TensorData::F64(v) => TensorData::F64(copy_blocks(v, offset, sn as usize, k, &blocks)),
+            TensorData::F32(v) => {
+                TensorData::F32(copy_blocks(v, offset, sn as usize, k, &blocks, threads))
+            }
+            TensorData::F64(v) => {
+                TensorData::F64(copy_blocks(v, offset, sn as usize, k, &blocks, threads))
+            }
             _ => return None,
         };
         (HostTensor::new(Shape::new(&[k, n]), data).ok()?, 0)
@@ -798,34 +802,44 @@ fn pack_rhs(
 /// `i * w` (blocks cover `0..n` in order, so block `[c, c + w)` starts at element `k * c`).
 /// Copied in square tiles, so that both the strided reads and the strided writes of a tile
 /// stay in the cache (element by element in output order, every read is a cache miss: a BERT
-/// layer's weights took 120 ms to pack that way).
-fn copy_blocks<T: Copy + Default>(
+/// layer's weights took 120 ms to pack that way), each 32-row stripe of a block written once,
+/// the stripes divided among `threads` threads when the copy is large
+/// ([`append_pieces`](super::gemm::append_pieces)).
+fn copy_blocks<T: Copy + Send + Sync>(
     v: &[T],
     offset: usize,
     sn: usize,
     k: usize,
     blocks: &[Range<usize>],
+    threads: usize,
 ) -> Vec<T> {
     const TILE: usize = 32;
-    let mut out = vec![T::default(); k * blocks.iter().map(|b| b.len()).sum::<usize>()];
-    let mut start = 0;
-    for b in blocks {
-        let (c, w) = (b.start, b.len());
-        let block = &mut out[start..start + k * w];
-        start += k * w;
-        for j0 in b.clone().step_by(TILE) {
-            let j1 = (j0 + TILE).min(b.end);
-            for i0 in (0..k).step_by(TILE) {
-                let i1 = (i0 + TILE).min(k);
-                for j in j0..j1 {
-                    let src = &v[offset + i0 + j * sn..offset + i1 + j * sn];
-                    for (i, &x) in (i0..i1).zip(src) {
-                        block[i * w + (j - c)] = x;
+    // Every stripe, in storage order: its length, and its block's columns and its rows.
+    let stripes: Vec<_> = blocks
+        .iter()
+        .flat_map(|b| {
+            (0..k).step_by(TILE).map(move |i0| {
+                let rows = i0..(i0 + TILE).min(k);
+                (rows.len() * b.len(), (b.clone(), rows))
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    // SAFETY: the loops below write row `i`'s columns `c..c + w` of the stripe for every row
+    // of it: all its `rows * w` elements.
+    unsafe {
+        super::gemm::append_pieces(&mut out, &stripes, threads, |(b, rows), dst| {
+            let (c, w) = (b.start, b.len());
+            for j0 in b.clone().step_by(TILE) {
+                for j in j0..(j0 + TILE).min(b.end) {
+                    let src = &v[offset + rows.start + j * sn..offset + rows.end + j * sn];
+                    for (r, &x) in src.iter().enumerate() {
+                        dst[r * w + (j - c)].write(x);
                     }
                 }
             }
-        }
-    }
+        })
+    };
     out
 }
 
@@ -1069,6 +1083,8 @@ mod tests {
             (33, std::iter::once(0..70).collect()),
             (64, vec![0..5, 5..37, 37..40]),
             (70, vec![0..32, 32..64, 64..100]),
+            // Large enough to be copied on several threads.
+            (700, vec![0..200, 200..397, 397..420]),
         ] {
             let n = blocks.last().unwrap().end;
             let (offset, sn) = (3, k + 2);
@@ -1078,11 +1094,12 @@ mod tests {
                 .flat_map(|b| (0..k).flat_map(move |i| b.clone().map(move |j| (i, j))))
                 .map(|(i, j)| v[offset + i + j * sn])
                 .collect();
-            assert_eq!(
-                copy_blocks(&v, offset, sn, k, &blocks),
-                want,
-                "k {k}, {blocks:?}"
-            );
+            for threads in 1..=3 {
+                assert!(
+                    copy_blocks(&v, offset, sn, k, &blocks, threads) == want,
+                    "k {k}, {blocks:?}, {threads} threads"
+                );
+            }
         }
     }
 }

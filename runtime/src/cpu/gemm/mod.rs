@@ -255,69 +255,33 @@ impl MatmulPlan {
         (out, pad)
     }
 
-    /// Appends the packed operand of [`MatmulPlan::pack_panels`] to `out`, its panels
-    /// divided among up to `threads` threads when the operand is large, each written once
-    /// (no zeroing first). Packing is a compile-time cost paid for every bound weight, mostly
-    /// in cache misses and page faults, which the second core halves: on the development VM
-    /// the MLP case's compile from the in-process cache (its two weights packed) went from
-    /// 20.4–20.9 ms (packed on one thread, element after element) to 8.8–12.2 ms
-    /// (BENCHMARKS.md).
+    /// Appends the packed operand of [`MatmulPlan::pack_panels`] to `out`, panel after panel
+    /// through [`append_pieces`] (written once, on several threads when large).
     fn pack_panels_into(
         &self,
         out: &mut Vec<f32>,
         threads: usize,
         at: impl Fn(usize, usize) -> f32 + Sync,
     ) {
-        /// Below this many elements, one thread packs (a thread's start costs tens of µs).
-        const PARALLEL_MIN: usize = 1 << 18;
         let (k, n) = (self.k, self.n);
         let blocks = self
             .rhs_column_blocks(threads)
             .unwrap_or_else(|| std::iter::once(0..n).collect());
-        // The first column and the block's end of every panel, in storage order: blocks are
-        // stored one after the other, each in whole pairs of panels.
-        let panels: Vec<(usize, usize)> = blocks
+        // Every panel, in storage order (blocks one after the other, each in whole pairs of
+        // panels): its length, first column and the end of its block.
+        let panels: Vec<(usize, (usize, usize))> = blocks
             .iter()
             .flat_map(|b| {
-                let count = panel::packed_len(k, b.len()) / (k * panel::PANEL);
-                (0..count).map(move |p| (b.start + p * panel::PANEL, b.end))
+                let count = panel::packed_len(k, b.len()) / (k * panel::PANEL).max(1);
+                (0..count).map(move |p| (k * panel::PANEL, (b.start + p * panel::PANEL, b.end)))
             })
             .collect();
-        let len = panels.len() * k * panel::PANEL;
-        out.reserve(len);
-        if len > 0 {
-            let parts = if len < PARALLEL_MIN {
-                1
-            } else {
-                threads.clamp(1, panels.len())
-            };
-            let mut work: Vec<_> = out.spare_capacity_mut()[..len]
-                .chunks_exact_mut(k * panel::PANEL)
-                .zip(&panels)
-                .collect();
-            // A panel's memory, with its first column and the end of its block.
-            type Panel<'a> = (&'a mut [MaybeUninit<f32>], &'a (usize, usize));
-            let fill = |group: &mut [Panel]| {
-                for (dst, &(first, end)) in group {
-                    panel::fill_panel(dst, k, first, end, &at);
-                }
-            };
-            // Each thread writes (and so faults in) its own panels.
-            let per = work.len().div_ceil(parts);
-            std::thread::scope(|s| {
-                let mut groups = work.chunks_mut(per);
-                let mine = groups.next();
-                for group in groups {
-                    s.spawn(|| fill(group));
-                }
-                if let Some(group) = mine {
-                    fill(group);
-                }
-            });
-        }
-        // SAFETY: `reserve` made room for `len` more elements, and `fill_panel` wrote every
-        // element of each of the panels, which cover the `len`.
-        unsafe { out.set_len(out.len() + len) };
+        // SAFETY: `fill_panel` writes all `k * 16` elements of the panel it is given.
+        unsafe {
+            append_pieces(out, &panels, threads, |&(first, end), dst| {
+                panel::fill_panel(dst, k, first, end, &at)
+            })
+        };
     }
 
     /// The column ranges of the tiles a pool of `threads` threads splits this product into,
@@ -631,4 +595,63 @@ fn checked_product(dims: &[usize], what: &str) -> Result<usize> {
 
 fn overflow(what: String) -> CpuError {
     CpuError::Overflow { op: OP, what }
+}
+
+/// Below this many elements, [`append_pieces`] writes on the calling thread alone (starting
+/// a thread costs tens of microseconds).
+const PARALLEL_MIN: usize = 1 << 18;
+
+/// Appends to `out` one run of elements per piece of `pieces` (its length, and what `fill`
+/// needs to write it), in order, each written by `fill` straight into `out`'s spare capacity
+/// (no zeroing first). With at least [`PARALLEL_MIN`] elements in all, the pieces are divided
+/// among up to `threads` scoped threads in contiguous groups, so each thread writes, and so
+/// faults in, its own share. For the compile-time copies of bound weights (`pack_panels`
+/// here, `copy_blocks` in `cpu/exec.rs`), whose cost is mostly cache misses and page faults:
+/// on the development VM, compiling the MLP case with its weights bound (from the in-process
+/// kernel cache) took 16–18 ms with those copies made element by element (`pack_panels`) or
+/// zeroed first, on one thread, and 5–6 ms this way (`cargo bench --bench cases -- compile`,
+/// BENCHMARKS.md).
+///
+/// # Safety
+/// `fill(piece, dst)` writes every element of `dst` (the piece's length).
+pub(crate) unsafe fn append_pieces<T: Send, P: Sync>(
+    out: &mut Vec<T>,
+    pieces: &[(usize, P)],
+    threads: usize,
+    fill: impl Fn(&P, &mut [MaybeUninit<T>]) + Sync,
+) {
+    let len: usize = pieces.iter().map(|p| p.0).sum();
+    out.reserve(len);
+    let mut spare = &mut out.spare_capacity_mut()[..len];
+    let mut work = Vec::with_capacity(pieces.len());
+    for (n, piece) in pieces {
+        let (dst, rest) = std::mem::take(&mut spare).split_at_mut(*n);
+        work.push((dst, piece));
+        spare = rest;
+    }
+    let parts = if len < PARALLEL_MIN {
+        1
+    } else {
+        threads.clamp(1, work.len().max(1))
+    };
+    let per = work.len().div_ceil(parts).max(1);
+    let fill_group = |group: &mut [(&mut [MaybeUninit<T>], &P)]| {
+        for (dst, piece) in group {
+            fill(piece, dst);
+        }
+    };
+    std::thread::scope(|s| {
+        let mut groups = work.chunks_mut(per);
+        let mine = groups.next();
+        for group in groups {
+            s.spawn(|| fill_group(group));
+        }
+        if let Some(group) = mine {
+            fill_group(group);
+        }
+    });
+    // SAFETY: `reserve` made room for `len` more elements; the pieces split exactly those
+    // `len` (their lengths sum to it), and `fill` wrote every element of each (the caller's
+    // promise).
+    unsafe { out.set_len(out.len() + len) };
 }
