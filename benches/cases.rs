@@ -13,10 +13,15 @@
 //! packed. `default` packs them for the panel kernel (AVX-512, up to 128 rows), `gemm-crate`
 //! for the `gemm` crate, as on a CPU without AVX-512 or for more than 128 tokens.
 //! `cargo bench --bench cases -- compile` runs only these.
+//!
+//! The `weights-<case>` groups run the same cases fused on the CPU with the weights bound at
+//! compile time (`bound`, packed once) and given with every call's inputs (`per-call`, copied
+//! into the GEMM's layout on every call), as a program that feeds its weights at run time does.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use smelt::bench::cases::{self, Size};
-use smelt::{compile_with, Device, Options};
+use smelt::ir::HostTensor;
+use smelt::{compile_with, Compiled, Device, Options};
 use std::time::Duration;
 
 /// As in the `smelt` tool: large tensors start on a 64-byte boundary (`smelt::LargeAligned`).
@@ -63,6 +68,18 @@ fn filter() -> Option<String> {
     None
 }
 
+/// Zeroed tensors for `compiled`'s outputs, for `run_into`.
+fn zeroed_outputs(compiled: &Compiled) -> Vec<HostTensor> {
+    let g = compiled.graph();
+    g.outputs()
+        .iter()
+        .map(|(_, id)| {
+            let ty = g.ty(*id);
+            HostTensor::zeros(ty.dtype, ty.shape.clone())
+        })
+        .collect()
+}
+
 fn bench_cases(c: &mut Criterion) {
     let devices = devices();
     let filter = filter();
@@ -92,15 +109,7 @@ fn bench_cases(c: &mut Criterion) {
                     },
                 )
                 .expect("the case compiles");
-                let g = compiled.graph();
-                let mut outputs: Vec<_> = g
-                    .outputs()
-                    .iter()
-                    .map(|(_, id)| {
-                        let ty = g.ty(*id);
-                        smelt::ir::HostTensor::zeros(ty.dtype, ty.shape.clone())
-                    })
-                    .collect();
+                let mut outputs = zeroed_outputs(&compiled);
                 group.bench_function(format!("{label}-{device}"), |b| {
                     b.iter(|| {
                         compiled
@@ -152,5 +161,53 @@ fn bench_compile(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_cases, bench_compile);
+fn bench_weights(c: &mut Criterion) {
+    let filter = filter();
+    for case in cases::all() {
+        let name = format!("weights-{}", case.name);
+        if let Some(f) = &filter {
+            if !(f.contains(&name) || name.contains(f.as_str())) {
+                continue;
+            }
+        }
+        let graph = case.build(Size::Full).expect("the case traces");
+        let (inputs, params) = cases::data(&graph, 1).expect("f32 data");
+        if !params.values().any(|t| t.shape().rank() == 2) {
+            continue;
+        }
+        let mut group = c.benchmark_group(name);
+        group
+            .throughput(Throughput::Bytes(cases::min_bytes(&graph)))
+            .sample_size(20)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(2));
+        let mut all = inputs.clone();
+        all.extend(params.clone());
+        for (label, bound, given) in [
+            ("bound", params.clone(), &inputs),
+            ("per-call", Default::default(), &all),
+        ] {
+            let compiled = compile_with(
+                &graph,
+                Options {
+                    device: Device::Cpu,
+                    params: bound,
+                    ..Options::default()
+                },
+            )
+            .expect("the case compiles");
+            let mut outputs = zeroed_outputs(&compiled);
+            group.bench_function(label, |b| {
+                b.iter(|| {
+                    compiled
+                        .run_into(given, &mut outputs)
+                        .expect("the case runs")
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench_cases, bench_compile, bench_weights);
 criterion_main!(benches);

@@ -92,6 +92,32 @@ pub(super) fn pack_panels(
     unsafe { out.set_len(out.len() + len) };
 }
 
+/// [`pack_panels`] of the operand whose element `(i, j)` is at `ptr + i * rs + j * cs`: the
+/// panel kernel's per-call copy of a right operand that is not packed ahead (a weight given
+/// at run time).
+///
+/// A function of its own, outside the AVX-512 module, on purpose: a closure written inside a
+/// `#[target_feature]` function carries that feature, and a function without it (here
+/// `fill_panel`) cannot inline it, so every element was a call; the MLP case with its weights
+/// given at run time spent half its time copying them that way (BENCHMARKS.md).
+///
+/// # Safety
+/// Every element with `i < k` and `j < cols.end` is readable.
+unsafe fn pack_strided(
+    out: &mut Vec<f32>,
+    k: usize,
+    cols: Range<usize>,
+    ptr: *const f32,
+    rs: isize,
+    cs: isize,
+) {
+    pack_panels(out, k, cols, |i, j| {
+        // SAFETY: `pack_panels` asks only for rows below `k` and columns below `cols.end`,
+        // readable by the caller's promise.
+        unsafe { *ptr.offset(i as isize * rs + j as isize * cs) }
+    });
+}
+
 /// Writes the panel of the `k`-row operand `at(i, j)` whose first column is `first` (columns
 /// from `end` on are zero) to `panel`: every one of its `k * 16` elements.
 ///
@@ -177,11 +203,10 @@ mod avx512 {
                 Rhs::Panels(p) => unsafe { p.add(pair * 2 * k * PANEL) },
                 Rhs::Strided { ptr, rs, cs } => {
                     scratch.clear();
-                    super::pack_panels(&mut scratch, k, first..(first + PAIR).min(cols), |i, j| {
-                        // SAFETY: `pack_panels` asks only for rows below `k` and columns below
-                        // `cols`, which the caller guarantees readable.
-                        unsafe { *ptr.offset(i as isize * rs + j as isize * cs) }
-                    });
+                    let pair_cols = first..(first + PAIR).min(cols);
+                    // SAFETY: rows below `k`, columns below `cols`: readable (the caller's
+                    // promise).
+                    unsafe { super::pack_strided(&mut scratch, k, pair_cols, ptr, rs, cs) };
                     scratch.as_ptr()
                 }
             };
