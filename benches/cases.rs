@@ -141,7 +141,7 @@ fn bench_compile(c: &mut Criterion) {
         group
             .sample_size(20)
             .warm_up_time(Duration::from_millis(300))
-            .measurement_time(Duration::from_secs(2));
+            .measurement_time(Duration::from_secs(4));
         for (label, panel_rows) in [("default", None), ("gemm-crate", Some(0))] {
             let options = Options {
                 device: Device::Cpu,

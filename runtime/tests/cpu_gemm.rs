@@ -407,7 +407,9 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
                     plain.run(pool, av, bv, &mut want).unwrap();
                     let mut packed_plan = plain.clone();
                     packed_plan.panel_rhs(pool.threads()).unwrap();
-                    let packed = packed_plan.pack_panels(pool.threads(), |i, j| bv[i * n + j]);
+                    let packed = packed_plan
+                        .pack_panels(pool.threads(), bv, 0, [n, 1])
+                        .unwrap();
                     let mut got = vec![f32::NAN; m * n + 40];
                     packed_plan.run(pool, av, &packed, &mut got).unwrap();
                     assert!(
@@ -435,8 +437,11 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
 /// here element by element: each column block (`rhs_column_blocks`) from element `k * c` of
 /// its first column `c`, in whole pairs of 32 columns, panel `q` of a block holding element
 /// `(i, j)` at `q * k * 16 + i * 16 + j % 16`, zeros past the block's last column. The
-/// operands are large enough that packing is split among threads, with ragged column counts;
-/// the layout must not depend on how many threads packed it.
+/// operand is read row-major (`[k, n]`) and transposed (`[n, k]` with padded rows, as a
+/// linear layer's weight is: the path that transposes 16 x 16 tiles in registers), at an
+/// offset; the shapes are large enough that packing is split among threads, with ragged row
+/// and column counts; the layout must not depend on how many threads packed it. A buffer too
+/// short for the strides is a typed error.
 #[test]
 fn packed_panels_have_the_documented_layout() {
     #[cfg(target_arch = "x86_64")]
@@ -447,9 +452,37 @@ fn packed_panels_have_the_documented_layout() {
         println!("skipped: no AVX-512F, so no panel kernel");
         return;
     }
-    for (m, k, n) in [(8, 700, 397), (100, 517, 771), (1, 3000, 130), (64, 1, 300)] {
-        // A value that names its position: row i, column j.
+    for (m, k, n) in [
+        (8, 700, 397),
+        (100, 517, 771),
+        (1, 3000, 130),
+        (64, 1, 300),
+        (3, 16, 16),
+        (5, 15, 40),
+    ] {
+        // A value that names its position: row i, column j (exact in f32).
         let at = |i: usize, j: usize| (i * 4096 + j) as f32;
+        let offset = 5;
+        let row_major: Vec<f32> = (0..offset + k * n)
+            .map(|e| {
+                if e < offset {
+                    f32::NAN
+                } else {
+                    at((e - offset) / n, (e - offset) % n)
+                }
+            })
+            .collect();
+        let ld = k + 3;
+        let transposed: Vec<f32> = (0..offset + n * ld)
+            .map(|e| {
+                let (j, i) = (e.wrapping_sub(offset) / ld, e.wrapping_sub(offset) % ld);
+                if e < offset || i >= k {
+                    f32::NAN
+                } else {
+                    at(i, j)
+                }
+            })
+            .collect();
         for threads in 1..=3 {
             let mut plan = MatmulPlan::new(
                 DType::F32,
@@ -473,26 +506,36 @@ fn packed_panels_have_the_documented_layout() {
                     }
                 }
             }
-            let got = plan.pack_panels(threads, at);
-            assert!(
+            let same = |got: &[f32]| {
                 got.len() == want.len()
                     && got
                         .iter()
                         .zip(&want)
-                        .all(|(g, w)| g.to_bits() == w.to_bits()),
-                "{m}x{k}x{n}, {threads} threads: packed operand differs from its layout"
-            );
-            let (aligned, first) = plan.pack_panels_aligned(threads, at);
-            assert_eq!(aligned.as_ptr().wrapping_add(first) as usize % 64, 0);
-            assert!(aligned[..first].iter().all(|&v| v == 0.0));
-            assert!(
-                aligned[first..]
-                    .iter()
-                    .zip(&want)
-                    .all(|(g, w)| g.to_bits() == w.to_bits())
-                    && aligned.len() - first == want.len(),
-                "{m}x{k}x{n}, {threads} threads: aligned copy differs"
-            );
+                        .all(|(g, w)| g.to_bits() == w.to_bits())
+            };
+            for (layout, data, strides) in [
+                ("row-major", &row_major, [n, 1]),
+                ("transposed", &transposed, [1, ld]),
+            ] {
+                let what = format!("{m}x{k}x{n}, {layout}, {threads} threads");
+                let got = plan.pack_panels(threads, data, offset, strides).unwrap();
+                assert!(same(&got), "{what}: packed operand differs from its layout");
+                let (aligned, first) = plan
+                    .pack_panels_aligned(threads, data, offset, strides)
+                    .unwrap();
+                assert_eq!(aligned.as_ptr().wrapping_add(first) as usize % 64, 0);
+                assert!(aligned[..first].iter().all(|&v| v == 0.0));
+                assert!(same(&aligned[first..]), "{what}: aligned copy differs");
+                let short = &data[..data.len() - 1 - if layout == "transposed" { 3 } else { 0 }];
+                let e = plan
+                    .pack_panels(threads, short, offset, strides)
+                    .unwrap_err();
+                assert!(
+                    matches!(e, CpuError::BufferTooSmall { needed, len, .. }
+                        if needed == short.len() + 1 && len == short.len()),
+                    "{what}: {e}"
+                );
+            }
         }
     }
 }

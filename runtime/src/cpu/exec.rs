@@ -769,13 +769,15 @@ fn pack_rhs(
     if let Some(&(slot, at)) = packed.get(&key) {
         return Some((plan, slot, at));
     }
-    // Element `(i, j)` of the `[k, n]` operand in the bound buffer.
-    let at = |i: usize, j: usize| offset + i + j * sn as usize;
+    // Element `(i, j)` of the `[k, n]` operand is element `offset + i + j * sn` of the bound
+    // buffer.
     let (tensor, first) = if panels {
         let TensorData::F32(v) = t.data() else {
             return None;
         };
-        let (data, first) = plan.pack_panels_aligned(threads, |i, j| v[at(i, j)]);
+        let (data, first) = plan
+            .pack_panels_aligned(threads, v, offset, [1, sn as usize])
+            .ok()?;
         let tensor = HostTensor::new(Shape::new(&[data.len()]), TensorData::F32(data)).ok()?;
         (tensor, first)
     } else {

@@ -228,13 +228,21 @@ impl MatmulPlan {
         Ok(())
     }
 
-    /// The right operand `at(i, j)` (`i < k`, `j < n`) in the layout [`MatmulPlan::panel_rhs`]
-    /// declared for `threads` threads: each block from element `k * c` of its first column
-    /// `c` (a multiple of 32), whole 32-column pairs, zeros past the last column.
-    pub fn pack_panels(&self, threads: usize, at: impl Fn(usize, usize) -> f32 + Sync) -> Vec<f32> {
+    /// The right operand, element `(i, j)` (`i < k`, `j < n`) at `data[offset + i * rs + j *
+    /// cs]` for `strides = [rs, cs]`, in the layout [`MatmulPlan::panel_rhs`] declared for
+    /// `threads` threads: each block from element `k * c` of its first column `c` (a multiple
+    /// of 32), whole 32-column pairs, zeros past the last column. Fails when `data` is too
+    /// short for the elements the strides reach.
+    pub fn pack_panels(
+        &self,
+        threads: usize,
+        data: &[f32],
+        offset: usize,
+        strides: [usize; 2],
+    ) -> Result<Vec<f32>> {
         let mut out = Vec::with_capacity(panel::packed_len(self.k, self.n));
-        self.pack_panels_into(&mut out, threads, at);
-        out
+        self.pack_panels_into(&mut out, threads, data, offset, strides)?;
+        Ok(out)
     }
 
     /// [`MatmulPlan::pack_panels`] after as many zeros (fewer than 16) as put the first packed
@@ -244,15 +252,17 @@ impl MatmulPlan {
     pub fn pack_panels_aligned(
         &self,
         threads: usize,
-        at: impl Fn(usize, usize) -> f32 + Sync,
-    ) -> (Vec<f32>, usize) {
+        data: &[f32],
+        offset: usize,
+        strides: [usize; 2],
+    ) -> Result<(Vec<f32>, usize)> {
         const LINE: usize = 64 / std::mem::size_of::<f32>();
         let mut out: Vec<f32> = Vec::with_capacity(LINE - 1 + panel::packed_len(self.k, self.n));
         let pad = out.as_ptr().align_offset(64).min(LINE - 1);
         out.resize(pad, 0.0);
         // Within the capacity: the vector is not reallocated, the alignment holds.
-        self.pack_panels_into(&mut out, threads, at);
-        (out, pad)
+        self.pack_panels_into(&mut out, threads, data, offset, strides)?;
+        Ok((out, pad))
     }
 
     /// Appends the packed operand of [`MatmulPlan::pack_panels`] to `out`, panel after panel
@@ -261,9 +271,34 @@ impl MatmulPlan {
         &self,
         out: &mut Vec<f32>,
         threads: usize,
-        at: impl Fn(usize, usize) -> f32 + Sync,
-    ) {
+        data: &[f32],
+        offset: usize,
+        [rs, cs]: [usize; 2],
+    ) -> Result<()> {
         let (k, n) = (self.k, self.n);
+        if k > 0 && n > 0 {
+            let last = (k - 1)
+                .checked_mul(rs)
+                .and_then(|r| (n - 1).checked_mul(cs).and_then(|c| r.checked_add(c)))
+                .and_then(|e| e.checked_add(offset))
+                .ok_or_else(|| CpuError::Overflow {
+                    op: OP,
+                    what: "the right operand's extent".into(),
+                })?;
+            if last >= data.len() {
+                return Err(CpuError::BufferTooSmall {
+                    op: OP,
+                    operand: "rhs",
+                    needed: last + 1,
+                    len: data.len(),
+                });
+            }
+        }
+        let strides = isize::try_from(rs).ok().zip(isize::try_from(cs).ok());
+        let (rs, cs) = strides.ok_or_else(|| CpuError::Overflow {
+            op: OP,
+            what: "the right operand's strides".into(),
+        })?;
         let blocks = self
             .rhs_column_blocks(threads)
             .unwrap_or_else(|| std::iter::once(0..n).collect());
@@ -276,12 +311,16 @@ impl MatmulPlan {
                 (0..count).map(move |p| (k * panel::PANEL, (b.start + p * panel::PANEL, b.end)))
             })
             .collect();
-        // SAFETY: `fill_panel` writes all `k * 16` elements of the panel it is given.
+        // SAFETY: `fill_panel_strided` writes all `k * 16` elements of the panel it is given;
+        // it reads rows below `k` and columns below the block's end (at most `n`), at most
+        // element `last` of `data`, checked above.
         unsafe {
             append_pieces(out, &panels, threads, |&(first, end), dst| {
-                panel::fill_panel(dst, k, first, end, &at)
+                let ptr = data.as_ptr().wrapping_add(offset);
+                panel::fill_panel_strided(dst, k, first, end, ptr, rs, cs)
             })
         };
+        Ok(())
     }
 
     /// The column ranges of the tiles a pool of `threads` threads splits this product into,
@@ -608,9 +647,9 @@ const PARALLEL_MIN: usize = 1 << 18;
 /// faults in, its own share. For the compile-time copies of bound weights (`pack_panels`
 /// here, `copy_blocks` in `cpu/exec.rs`), whose cost is mostly cache misses and page faults:
 /// on the development VM, compiling the MLP case with its weights bound (from the in-process
-/// kernel cache) took 16–18 ms with those copies made element by element (`pack_panels`) or
-/// zeroed first, on one thread, and 5–6 ms this way (`cargo bench --bench cases -- compile`,
-/// BENCHMARKS.md).
+/// kernel cache) took 18–19 ms with those copies made element by element (`pack_panels`) or
+/// zeroed first, on one thread, and 5.6–5.9 ms this way (3.1–3.3 ms with the panels'
+/// transposes in registers; `cargo bench --bench cases -- compile`, BENCHMARKS.md).
 ///
 /// # Safety
 /// `fill(piece, dst)` writes every element of `dst` (the piece's length).

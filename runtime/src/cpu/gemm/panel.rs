@@ -6,16 +6,18 @@
 //! packing (a read and a write of the whole weight on every call) costs as much as the
 //! arithmetic. Here the right operand is read in panels of [`PANEL`] columns laid out
 //! `[k][16]`: packed once at compile time for bound weights
-//! ([`MatmulPlan::panel_rhs`](super::MatmulPlan::panel_rhs), [`pack_panels`]), or copied per
-//! call into a small scratch otherwise. A micro-tile is up to [`MR`] rows by two panels (32
-//! columns) held in 24 `zmm` accumulators; for each `k` it loads the two panel vectors and
-//! broadcasts one left element per row; while the first row block reads a pair, the next pair
-//! is prefetched. Measured on the 2-core development VM (see BENCHMARKS.md), the BERT layer's
-//! linear layers at 32 tokens: 32 x 768 x 3072 0.77 ms instead of 1.67 ms with `gemm`,
-//! 32 x 3072 x 768 0.79 instead of 1.42 ms, 32 x 768 x 768 0.17 instead of 0.35–0.41 ms. At
-//! 128 rows the gain is smaller, about 5% on the MLP and encoder-layer cases of `smelt
-//! bench` (with the packed weights 64-byte aligned, see `cpu/exec.rs`); larger products stay
-//! with `gemm`.
+//! ([`MatmulPlan::panel_rhs`](super::MatmulPlan::panel_rhs),
+//! [`MatmulPlan::pack_panels`](super::MatmulPlan::pack_panels)), or copied per call into a
+//! small scratch otherwise ([`pack_strided`]); both copies transpose 16 x 16 tiles in
+//! registers where the operand's rows are contiguous, as a linear layer's weight's are. A
+//! micro-tile is up to [`MR`] rows by two panels (32 columns) held in 24 `zmm` accumulators;
+//! for each `k` it loads the two panel vectors and broadcasts one left element per row; while
+//! the first row block reads a pair, the next pair is prefetched. Measured on the 2-core
+//! development VM (see BENCHMARKS.md), the BERT layer's linear layers at 32 tokens: 32 x 768 x
+//! 3072 0.77 ms instead of 1.67 ms with `gemm`, 32 x 3072 x 768 0.79 instead of 1.42 ms, 32 x
+//! 768 x 768 0.17 instead of 0.35–0.41 ms. At 128 rows the gain is smaller, about 5% on the
+//! MLP and encoder-layer cases of `smelt bench` (with the packed weights 64-byte aligned, see
+//! `cpu/exec.rs`); larger products stay with `gemm`.
 //!
 //! **Order of accumulation:** every output element is one fused multiply-add chain over `k`
 //! in increasing order, starting from +0. It depends neither on the tiling, the thread count
@@ -52,8 +54,9 @@ pub(super) fn available() -> bool {
 /// Where a tile reads its right operand.
 #[derive(Clone, Copy)]
 pub(super) enum Rhs {
-    /// Packed by [`pack_panels`]: pairs of `[k][16]` panels from the tile's first column, the
-    /// columns past the end of the matrix zero.
+    /// Packed by [`MatmulPlan::pack_panels`](super::MatmulPlan::pack_panels): pairs of
+    /// `[k][16]` panels from the tile's first column, the columns past the end of the matrix
+    /// zero.
     Panels(*const f32),
     /// Element `(i, j)` of the tile's columns at `ptr + i * rs + j * cs`.
     Strided {
@@ -68,38 +71,12 @@ pub(super) fn packed_len(k: usize, cols: usize) -> usize {
     k * cols.div_ceil(PAIR) * PAIR
 }
 
-/// Appends the columns `cols` of the `k`-row operand `at(i, j)` to `out` in panel layout (see
-/// [`Rhs::Panels`]): pair `p` holds columns `cols.start + 32 p ..`, panel `h` of it element
-/// `(i, j)` at `(2 p + h) * k * 16 + i * 16 + j % 16`; columns past `cols.end` are zero.
-pub(super) fn pack_panels(
-    out: &mut Vec<f32>,
-    k: usize,
-    cols: Range<usize>,
-    at: impl Fn(usize, usize) -> f32,
-) {
-    let len = packed_len(k, cols.len());
-    out.reserve(len);
-    if k > 0 {
-        for (p, panel) in out.spare_capacity_mut()[..len]
-            .chunks_exact_mut(k * PANEL)
-            .enumerate()
-        {
-            fill_panel(panel, k, cols.start + p * PANEL, cols.end, &at);
-        }
-    }
-    // SAFETY: `reserve` made room for `len` more elements, and `fill_panel` wrote every
-    // element of each of the `len / (k * 16)` panels (`len` is 0 when `k` is).
-    unsafe { out.set_len(out.len() + len) };
-}
-
-/// [`pack_panels`] of the operand whose element `(i, j)` is at `ptr + i * rs + j * cs`: the
-/// panel kernel's per-call copy of a right operand that is not packed ahead (a weight given
-/// at run time).
-///
-/// A function of its own, outside the AVX-512 module, on purpose: a closure written inside a
-/// `#[target_feature]` function carries that feature, and a function without it (here
-/// `fill_panel`) cannot inline it, so every element was a call; the MLP case with its weights
-/// given at run time spent half its time copying them that way (BENCHMARKS.md).
+/// Appends the columns `cols` of the `k`-row operand whose element `(i, j)` is at
+/// `ptr + i * rs + j * cs` to `out` in panel layout (see [`Rhs::Panels`]): pair `p` holds
+/// columns `cols.start + 32 p ..`, panel `h` of it element `(i, j)` at
+/// `(2 p + h) * k * 16 + i * 16 + j % 16`; columns past `cols.end` are zero. The panel
+/// kernel's per-call copy of a right operand that is not packed ahead (a weight given at run
+/// time).
 ///
 /// # Safety
 /// Every element with `i < k` and `j < cols.end` is readable.
@@ -111,8 +88,51 @@ unsafe fn pack_strided(
     rs: isize,
     cs: isize,
 ) {
-    pack_panels(out, k, cols, |i, j| {
-        // SAFETY: `pack_panels` asks only for rows below `k` and columns below `cols.end`,
+    let len = packed_len(k, cols.len());
+    out.reserve(len);
+    if k > 0 {
+        for (p, panel) in out.spare_capacity_mut()[..len]
+            .chunks_exact_mut(k * PANEL)
+            .enumerate()
+        {
+            // SAFETY: the panel's columns below `cols.end`, rows below `k`: readable.
+            unsafe { fill_panel_strided(panel, k, cols.start + p * PANEL, cols.end, ptr, rs, cs) };
+        }
+    }
+    // SAFETY: `reserve` made room for `len` more elements, and `fill_panel_strided` wrote
+    // every element of each of the `len / (k * 16)` panels (`len` is 0 when `k` is).
+    unsafe { out.set_len(out.len() + len) };
+}
+
+/// [`fill_panel`] of the operand whose element `(i, j)` is at `ptr + i * rs + j * cs`. Where
+/// rows are contiguous (`rs == 1`: a linear layer's `[n, k]` weight read as `[k, n]`) and the
+/// CPU has AVX-512F, by 16 x 16 tiles transposed in registers
+/// ([`avx512::fill_panel_contiguous_rows`]).
+///
+/// A function of its own, outside the AVX-512 module, on purpose: a closure written inside a
+/// `#[target_feature]` function carries that feature, and a function without it (here
+/// `fill_panel`) cannot inline it, so every element was a call; the MLP case with its weights
+/// given at run time spent half its time copying them that way (BENCHMARKS.md).
+///
+/// # Safety
+/// Every element with `i < k` and `first <= j < end` is readable.
+pub(super) unsafe fn fill_panel_strided(
+    panel: &mut [MaybeUninit<f32>],
+    k: usize,
+    first: usize,
+    end: usize,
+    ptr: *const f32,
+    rs: isize,
+    cs: isize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if rs == 1 && available() {
+        // SAFETY: AVX-512F is available; the caller's promise covers the reads.
+        unsafe { avx512::fill_panel_contiguous_rows(panel, k, first, end, ptr, cs) };
+        return;
+    }
+    fill_panel(panel, k, first, end, |i, j| {
+        // SAFETY: `fill_panel` asks only for rows below `k` and columns in `first..end`,
         // readable by the caller's promise.
         unsafe { *ptr.offset(i as isize * rs + j as isize * cs) }
     });
@@ -180,6 +200,92 @@ pub(super) unsafe fn tile(
 mod avx512 {
     use super::{Rhs, MR, PAIR, PANEL};
     use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
+
+    /// [`super::fill_panel`] of the operand whose element `(i, j)` is at `ptr + i + j * cs`:
+    /// each 16-row tile of the panel's (up to) 16 columns is 16 contiguous loads, a 16 x 16
+    /// transpose in registers and 16 stores of panel rows; rows past the last whole tile
+    /// element by element.
+    ///
+    /// # Safety
+    /// AVX-512F is available; `panel` has `k * 16` elements; every element with `i < k` and
+    /// `first <= j < end` is readable.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn fill_panel_contiguous_rows(
+        panel: &mut [MaybeUninit<f32>],
+        k: usize,
+        first: usize,
+        end: usize,
+        ptr: *const f32,
+        cs: isize,
+    ) {
+        assert_eq!(panel.len(), k * PANEL, "a panel is k x 16");
+        let width = end.saturating_sub(first).min(PANEL);
+        let dst = panel.as_mut_ptr().cast::<f32>();
+        let whole = k / PANEL * PANEL;
+        let mut rows = [_mm512_setzero_ps(); PANEL];
+        for i0 in (0..whole).step_by(PANEL) {
+            for (j, row) in rows.iter_mut().enumerate().take(width) {
+                // SAFETY: column `first + j < end`, rows `i0..i0 + 16 <= k`: readable.
+                *row =
+                    unsafe { _mm512_loadu_ps(ptr.offset((first + j) as isize * cs + i0 as isize)) };
+            }
+            let t = transpose(rows);
+            for (i, v) in t.iter().enumerate() {
+                // SAFETY: panel row `i0 + i < k`, 16 elements inside `panel`.
+                unsafe { _mm512_storeu_ps(dst.add((i0 + i) * PANEL), *v) };
+            }
+        }
+        for i in whole..k {
+            for j in 0..PANEL {
+                let v = if j < width {
+                    // SAFETY: row `i < k`, column `first + j < end`: readable.
+                    unsafe { *ptr.offset((first + j) as isize * cs + i as isize) }
+                } else {
+                    0.0
+                };
+                panel[i * PANEL + j].write(v);
+            }
+        }
+    }
+
+    /// The transpose of the 16 x 16 matrix whose row `j` is `r[j]`: row `i` of the result
+    /// holds element `i` of every `r[j]`, in order of `j`. Four rounds of shuffles: 32-bit
+    /// elements of row pairs, 64-bit pairs of those, 128-bit lanes, 128-bit lanes again.
+    #[target_feature(enable = "avx512f")]
+    fn transpose(r: [__m512; 16]) -> [__m512; 16] {
+        let mut t = [_mm512_setzero_ps(); 16];
+        // Round 1: t[2p] = unpacklo(r[2p], r[2p+1]), t[2p+1] = unpackhi(..).
+        for p in 0..8 {
+            t[2 * p] = _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+            t[2 * p + 1] = _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+        }
+        // Round 2: 64-bit pairs of rows four apart within each group of four.
+        let mut u = [_mm512_setzero_ps(); 16];
+        for g in 0..4 {
+            let b = 4 * g;
+            let pd = |x: __m512| _mm512_castps_pd(x);
+            u[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[b]), pd(t[b + 2])));
+            u[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[b]), pd(t[b + 2])));
+            u[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[b + 1]), pd(t[b + 3])));
+            u[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[b + 1]), pd(t[b + 3])));
+        }
+        // Round 3: 128-bit lanes 0 and 2 (0x88), 1 and 3 (0xdd) of groups four apart.
+        for h in 0..2 {
+            let b = 8 * h;
+            for q in 0..4 {
+                t[b + q] = _mm512_shuffle_f32x4::<0x88>(u[b + q], u[b + 4 + q]);
+                t[b + 4 + q] = _mm512_shuffle_f32x4::<0xdd>(u[b + q], u[b + 4 + q]);
+            }
+        }
+        // Round 4: the same between the two halves.
+        let mut out = [_mm512_setzero_ps(); 16];
+        for q in 0..8 {
+            out[q] = _mm512_shuffle_f32x4::<0x88>(t[q], t[8 + q]);
+            out[8 + q] = _mm512_shuffle_f32x4::<0xdd>(t[q], t[8 + q]);
+        }
+        out
+    }
 
     /// See [`super::tile`].
     #[target_feature(enable = "avx512f")]
