@@ -784,10 +784,10 @@ fn pack_rhs(
         let blocks = blocks.unwrap_or_else(|| std::iter::once(0..n).collect());
         let data = match t.data() {
             TensorData::F32(v) => {
-                TensorData::F32(copy_blocks(v, offset, sn as usize, k, &blocks, threads))
+                TensorData::F32(copy_blocks(v, offset, sn as usize, k, &blocks, threads)?)
             }
             TensorData::F64(v) => {
-                TensorData::F64(copy_blocks(v, offset, sn as usize, k, &blocks, threads))
+                TensorData::F64(copy_blocks(v, offset, sn as usize, k, &blocks, threads)?)
             }
             _ => return None,
         };
@@ -801,49 +801,111 @@ fn pack_rhs(
 /// The `[k, n]` operand whose element `(i, j)` is `v[offset + i + j * sn]` (stored transposed,
 /// as a linear layer's `[n, k]` weight is), copied row-major block after block: block
 /// `[c, c + w)` of `blocks` is `k * w` elements holding row `i`'s columns `c..c + w` from its
-/// `i * w` (blocks cover `0..n` in order, so block `[c, c + w)` starts at element `k * c`).
-/// Copied in square tiles, so that both the strided reads and the strided writes of a tile
-/// stay in the cache (element by element in output order, every read is a cache miss: a BERT
-/// layer's weights took 120 ms to pack that way), each 32-row stripe of a block written once,
-/// the stripes divided among `threads` threads when the copy is large
+/// `i * w` (blocks cover `0..n` in order, so block `[c, c + w)` starts at element `k * c`);
+/// `None` when `v` is too short for those elements.
+/// Copied in 16 x 16 tiles (transposed in registers for f32 on AVX-512F,
+/// [`BlockElement::transpose_tile`]), so that both the strided reads and the strided writes
+/// of a tile stay in the cache (element by element in output order, every read is a cache
+/// miss: a BERT layer's weights took 120 ms to pack that way), each 32-row stripe of a block
+/// written once, the stripes divided among `threads` threads when the copy is large
 /// ([`append_pieces`](super::gemm::append_pieces)).
-fn copy_blocks<T: Copy + Send + Sync>(
+fn copy_blocks<T: BlockElement>(
     v: &[T],
     offset: usize,
     sn: usize,
     k: usize,
     blocks: &[Range<usize>],
     threads: usize,
-) -> Vec<T> {
-    const TILE: usize = 32;
+) -> Option<Vec<T>> {
+    const STRIPE: usize = 32;
+    const TILE: usize = 16;
+    let n = blocks.last().map_or(0, |b| b.end);
+    if k > 0 && n > 0 {
+        let last = (n - 1)
+            .checked_mul(sn)?
+            .checked_add(offset)?
+            .checked_add(k - 1)?;
+        if last >= v.len() {
+            return None;
+        }
+    }
+    let cs = isize::try_from(sn).ok()?;
     // Every stripe, in storage order: its length, and its block's columns and its rows.
     let stripes: Vec<_> = blocks
         .iter()
         .flat_map(|b| {
-            (0..k).step_by(TILE).map(move |i0| {
-                let rows = i0..(i0 + TILE).min(k);
+            (0..k).step_by(STRIPE).map(move |i0| {
+                let rows = i0..(i0 + STRIPE).min(k);
                 (rows.len() * b.len(), (b.clone(), rows))
             })
         })
         .collect();
     let mut out = Vec::new();
     // SAFETY: the loops below write row `i`'s columns `c..c + w` of the stripe for every row
-    // of it: all its `rows * w` elements.
+    // of it, all its `rows * w` elements: each 16 x 16 tile by `transpose_tile` or, where
+    // that declines, element by element. Every element read, `v[offset + i + j * sn]` with
+    // `i < k` and `j < n`, is inside `v` (checked above).
     unsafe {
         super::gemm::append_pieces(&mut out, &stripes, threads, |(b, rows), dst| {
             let (c, w) = (b.start, b.len());
+            let base = dst.as_mut_ptr().cast::<T>();
             for j0 in b.clone().step_by(TILE) {
-                for j in j0..(j0 + TILE).min(b.end) {
-                    let src = &v[offset + rows.start + j * sn..offset + rows.end + j * sn];
-                    for (r, &x) in src.iter().enumerate() {
-                        dst[r * w + (j - c)].write(x);
+                let cols = (j0 + TILE).min(b.end) - j0;
+                for i0 in rows.clone().step_by(TILE) {
+                    let tile_rows = (i0 + TILE).min(rows.end) - i0;
+                    let src = v.as_ptr().wrapping_add(offset + i0 + j0 * sn);
+                    let to = base.wrapping_add((i0 - rows.start) * w + (j0 - c));
+                    if !T::transpose_tile(src, cs, tile_rows, cols, to, w) {
+                        for j in 0..cols {
+                            for i in 0..tile_rows {
+                                to.add(i * w + j).write(*src.add(i + j * sn));
+                            }
+                        }
                     }
                 }
             }
         })
     };
-    out
+    Some(out)
 }
+
+/// An element type [`copy_blocks`] copies.
+trait BlockElement: Copy + Send + Sync {
+    /// Copies the `rows x cols` block (each at most 16) whose element `(i, j)` is at
+    /// `src + i + j * cs` to `dst + i * ds + j` in registers, or returns `false` having
+    /// copied nothing (the default: no such copy for this type).
+    ///
+    /// # Safety
+    /// Elements `i < rows` of each column `j < cols` are readable; for each `i < rows`,
+    /// `cols` elements from `dst + i * ds` are writable.
+    unsafe fn transpose_tile(
+        src: *const Self,
+        cs: isize,
+        rows: usize,
+        cols: usize,
+        dst: *mut Self,
+        ds: usize,
+    ) -> bool {
+        let _ = (src, cs, rows, cols, dst, ds);
+        false
+    }
+}
+
+impl BlockElement for f32 {
+    unsafe fn transpose_tile(
+        src: *const f32,
+        cs: isize,
+        rows: usize,
+        cols: usize,
+        dst: *mut f32,
+        ds: usize,
+    ) -> bool {
+        // SAFETY: forwarded contract.
+        unsafe { super::gemm::transpose_tile_f32(src, cs, rows, cols, dst, ds) }
+    }
+}
+
+impl BlockElement for f64 {}
 
 /// Copies into their slots the bound tensors (`sources`, by buffer) that some step or output
 /// reads; the others, weights every reader of which reads a packed copy (see [`pack_rhs`]),
@@ -1085,22 +1147,30 @@ mod tests {
             (33, std::iter::once(0..70).collect()),
             (64, vec![0..5, 5..37, 37..40]),
             (70, vec![0..32, 32..64, 64..100]),
+            (17, vec![0..16, 16..17, 17..50]),
             // Large enough to be copied on several threads.
             (700, vec![0..200, 200..397, 397..420]),
         ] {
             let n = blocks.last().unwrap().end;
             let (offset, sn) = (3, k + 2);
-            let v: Vec<u32> = (0..offset + n * sn).map(|x| x as u32).collect();
-            let want: Vec<u32> = blocks
+            // Each value names its position (exact in f32 and f64).
+            let v: Vec<f32> = (0..offset + n * sn).map(|x| x as f32).collect();
+            let v64: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+            let want: Vec<f32> = blocks
                 .iter()
                 .flat_map(|b| (0..k).flat_map(move |i| b.clone().map(move |j| (i, j))))
                 .map(|(i, j)| v[offset + i + j * sn])
                 .collect();
+            let want64: Vec<f64> = want.iter().map(|&x| f64::from(x)).collect();
             for threads in 1..=3 {
-                assert!(
-                    copy_blocks(&v, offset, sn, k, &blocks, threads) == want,
-                    "k {k}, {blocks:?}, {threads} threads"
-                );
+                let what = format!("k {k}, {blocks:?}, {threads} threads");
+                let got = copy_blocks(&v, offset, sn, k, &blocks, threads).unwrap();
+                assert!(got == want, "f32, {what}");
+                let got = copy_blocks(&v64, offset, sn, k, &blocks, threads).unwrap();
+                assert!(got == want64, "f64, {what}");
+                // One element short: refused, not read past the end.
+                let short = &v[..v.len() - 3];
+                assert!(copy_blocks(short, offset, sn, k, &blocks, threads).is_none());
             }
         }
     }

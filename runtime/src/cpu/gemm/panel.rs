@@ -138,6 +138,32 @@ pub(super) unsafe fn fill_panel_strided(
     });
 }
 
+/// Copies the `rows x cols` f32 block (each at most 16) whose element `(i, j)` is at
+/// `src + i + j * cs` to `dst + i * ds + j` by a transpose in registers, where the CPU has
+/// AVX-512F; returns whether it did (it copies nothing otherwise).
+///
+/// # Safety
+/// Elements `i < rows` of each column `j < cols` are readable; for each `i < rows`, `cols`
+/// elements from `dst + i * ds` are writable.
+pub(super) unsafe fn transpose_tile(
+    src: *const f32,
+    cs: isize,
+    rows: usize,
+    cols: usize,
+    dst: *mut f32,
+    ds: usize,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if available() && rows <= PANEL && cols <= PANEL {
+        // SAFETY: AVX-512F is available; the caller's promise covers the accesses (only `cols`
+        // elements of each row are stored).
+        unsafe { avx512::transpose_tile(src, cs, rows, cols, dst, ds, false) };
+        return true;
+    }
+    let _ = (src, cs, rows, cols, dst, ds);
+    false
+}
+
 /// Writes the panel of the `k`-row operand `at(i, j)` whose first column is `first` (columns
 /// from `end` on are zero) to `panel`: every one of its `k * 16` elements.
 ///
@@ -203,13 +229,11 @@ mod avx512 {
     use std::mem::MaybeUninit;
 
     /// [`super::fill_panel`] of the operand whose element `(i, j)` is at `ptr + i + j * cs`:
-    /// each 16-row tile of the panel's (up to) 16 columns is 16 contiguous loads, a 16 x 16
-    /// transpose in registers and 16 stores of panel rows; rows past the last whole tile
-    /// element by element.
+    /// each 16-row tile of the panel's (up to) 16 columns by [`transpose_tile`], columns past
+    /// `end` written as zeros.
     ///
     /// # Safety
-    /// AVX-512F is available; `panel` has `k * 16` elements; every element with `i < k` and
-    /// `first <= j < end` is readable.
+    /// AVX-512F is available; every element with `i < k` and `first <= j < end` is readable.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn fill_panel_contiguous_rows(
         panel: &mut [MaybeUninit<f32>],
@@ -221,30 +245,62 @@ mod avx512 {
     ) {
         assert_eq!(panel.len(), k * PANEL, "a panel is k x 16");
         let width = end.saturating_sub(first).min(PANEL);
+        let src = ptr.wrapping_offset(first as isize * cs);
         let dst = panel.as_mut_ptr().cast::<f32>();
-        let whole = k / PANEL * PANEL;
-        let mut rows = [_mm512_setzero_ps(); PANEL];
-        for i0 in (0..whole).step_by(PANEL) {
-            for (j, row) in rows.iter_mut().enumerate().take(width) {
-                // SAFETY: column `first + j < end`, rows `i0..i0 + 16 <= k`: readable.
-                *row =
-                    unsafe { _mm512_loadu_ps(ptr.offset((first + j) as isize * cs + i0 as isize)) };
-            }
-            let t = transpose(rows);
-            for (i, v) in t.iter().enumerate() {
-                // SAFETY: panel row `i0 + i < k`, 16 elements inside `panel`.
-                unsafe { _mm512_storeu_ps(dst.add((i0 + i) * PANEL), *v) };
-            }
+        for i0 in (0..k).step_by(PANEL) {
+            // SAFETY: rows `i0..i0 + rows` (below `k`) of columns `first..first + width`
+            // (below `end`) are readable; panel rows `i0..i0 + rows` are 16 elements each
+            // inside `panel`.
+            unsafe {
+                transpose_tile(
+                    src.wrapping_add(i0),
+                    cs,
+                    (k - i0).min(PANEL),
+                    width,
+                    dst.add(i0 * PANEL),
+                    PANEL,
+                    true,
+                )
+            };
         }
-        for i in whole..k {
-            for j in 0..PANEL {
-                let v = if j < width {
-                    // SAFETY: row `i < k`, column `first + j < end`: readable.
-                    unsafe { *ptr.offset((first + j) as isize * cs + i as isize) }
+    }
+
+    /// Copies the `rows x cols` (each at most 16) block whose element `(i, j)` is at
+    /// `src + i + j * cs` to `dst + i * ds + j`: 16 masked row loads (one per column; the
+    /// missing ones zero), a 16 x 16 [`transpose`], and one store per row `i < rows`, of all
+    /// 16 lanes when `whole_rows` (the lanes from `cols` on zero) or of the first `cols`.
+    ///
+    /// # Safety
+    /// AVX-512F is available; elements `i < rows` of each column `j < cols` are readable; for
+    /// each `i < rows`, 16 (`whole_rows`) or `cols` elements from `dst + i * ds` are writable.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn transpose_tile(
+        src: *const f32,
+        cs: isize,
+        rows: usize,
+        cols: usize,
+        dst: *mut f32,
+        ds: usize,
+        whole_rows: bool,
+    ) {
+        debug_assert!(rows <= 16 && cols <= 16);
+        let mask = |n: usize| -> __mmask16 { ((1u32 << n) - 1) as __mmask16 };
+        let mut r = [_mm512_setzero_ps(); 16];
+        for (j, row) in r.iter_mut().enumerate().take(cols) {
+            // SAFETY: elements `0..rows` of column `j < cols` are readable; the masked-off
+            // lanes are not accessed.
+            *row =
+                unsafe { _mm512_maskz_loadu_ps(mask(rows), src.wrapping_offset(j as isize * cs)) };
+        }
+        let t = transpose(r);
+        for (i, v) in t.iter().enumerate().take(rows) {
+            // SAFETY: row `i < rows` of `dst`: 16 or `cols` writable elements.
+            unsafe {
+                if whole_rows {
+                    _mm512_storeu_ps(dst.add(i * ds), *v);
                 } else {
-                    0.0
-                };
-                panel[i * PANEL + j].write(v);
+                    _mm512_mask_storeu_ps(dst.add(i * ds), mask(cols), *v);
+                }
             }
         }
     }
