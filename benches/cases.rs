@@ -20,8 +20,9 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use smelt::bench::cases::{self, Size};
-use smelt::ir::HostTensor;
-use smelt::{compile_with, Compiled, Device, Options};
+use smelt::ir::{Graph, HostTensor};
+use smelt::{compile_with, Device, Options};
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// As in the `smelt` tool: large tensors start on a 64-byte boundary (`smelt::LargeAligned`).
@@ -68,18 +69,6 @@ fn filter() -> Option<String> {
     None
 }
 
-/// Zeroed tensors for `compiled`'s outputs, for `run_into`.
-fn zeroed_outputs(compiled: &Compiled) -> Vec<HostTensor> {
-    let g = compiled.graph();
-    g.outputs()
-        .iter()
-        .map(|(_, id)| {
-            let ty = g.ty(*id);
-            HostTensor::zeros(ty.dtype, ty.shape.clone())
-        })
-        .collect()
-}
-
 fn bench_cases(c: &mut Criterion) {
     let devices = devices();
     let filter = filter();
@@ -109,7 +98,7 @@ fn bench_cases(c: &mut Criterion) {
                     },
                 )
                 .expect("the case compiles");
-                let mut outputs = zeroed_outputs(&compiled);
+                let mut outputs = cases::zeroed_outputs(&compiled);
                 group.bench_function(format!("{label}-{device}"), |b| {
                     b.iter(|| {
                         compiled
@@ -123,21 +112,48 @@ fn bench_cases(c: &mut Criterion) {
     }
 }
 
-fn bench_compile(c: &mut Criterion) {
+/// A case with weight matrices that the filter selects for the group `prefix` + its name.
+struct WeightCase {
+    group: String,
+    graph: Graph,
+    inputs: HashMap<String, HostTensor>,
+    params: HashMap<String, HostTensor>,
+}
+
+/// The cases with weight matrices (2-D parameters: the MLP and the encoder layer) whose group
+/// `prefix` + name the filter selects, traced at full size with their data, one at a time.
+fn weight_cases(prefix: &'static str) -> impl Iterator<Item = WeightCase> {
     let filter = filter();
-    for case in cases::all() {
-        let name = format!("compile-{}", case.name);
+    cases::all().iter().filter_map(move |case| {
+        let group = format!("{prefix}{}", case.name);
         if let Some(f) = &filter {
-            if !(f.contains(&name) || name.contains(f.as_str())) {
-                continue;
+            if !(f.contains(&group) || group.contains(f.as_str())) {
+                return None;
             }
         }
         let graph = case.build(Size::Full).expect("the case traces");
-        let (_, params) = cases::data(&graph, 1).expect("f32 data");
-        if !params.values().any(|t| t.shape().rank() == 2) {
-            continue;
-        }
-        let mut group = c.benchmark_group(name);
+        let (inputs, params) = cases::data(&graph, 1).expect("f32 data");
+        params
+            .values()
+            .any(|t| t.shape().rank() == 2)
+            .then_some(WeightCase {
+                group,
+                graph,
+                inputs,
+                params,
+            })
+    })
+}
+
+fn bench_compile(c: &mut Criterion) {
+    for WeightCase {
+        group,
+        graph,
+        params,
+        ..
+    } in weight_cases("compile-")
+    {
+        let mut group = c.benchmark_group(group);
         group
             .sample_size(20)
             .warm_up_time(Duration::from_millis(300))
@@ -162,20 +178,14 @@ fn bench_compile(c: &mut Criterion) {
 }
 
 fn bench_weights(c: &mut Criterion) {
-    let filter = filter();
-    for case in cases::all() {
-        let name = format!("weights-{}", case.name);
-        if let Some(f) = &filter {
-            if !(f.contains(&name) || name.contains(f.as_str())) {
-                continue;
-            }
-        }
-        let graph = case.build(Size::Full).expect("the case traces");
-        let (inputs, params) = cases::data(&graph, 1).expect("f32 data");
-        if !params.values().any(|t| t.shape().rank() == 2) {
-            continue;
-        }
-        let mut group = c.benchmark_group(name);
+    for WeightCase {
+        group,
+        graph,
+        inputs,
+        params,
+    } in weight_cases("weights-")
+    {
+        let mut group = c.benchmark_group(group);
         group
             .throughput(Throughput::Bytes(cases::min_bytes(&graph)))
             .sample_size(20)
@@ -185,7 +195,7 @@ fn bench_weights(c: &mut Criterion) {
         all.extend(params.clone());
         for (label, bound, given) in [
             ("bound", params.clone(), &inputs),
-            ("per-call", Default::default(), &all),
+            ("per-call", HashMap::new(), &all),
         ] {
             let compiled = compile_with(
                 &graph,
@@ -196,7 +206,7 @@ fn bench_weights(c: &mut Criterion) {
                 },
             )
             .expect("the case compiles");
-            let mut outputs = zeroed_outputs(&compiled);
+            let mut outputs = cases::zeroed_outputs(&compiled);
             group.bench_function(label, |b| {
                 b.iter(|| {
                     compiled

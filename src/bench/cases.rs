@@ -7,7 +7,7 @@
 //! pseudo-random f32 tensors ([`crate::models::uniform`]).
 
 use crate::models::{encoder_layer, uniform, EncoderConfig};
-use crate::{Error, Result};
+use crate::{Compiled, Error, Result};
 use smelt_frontend::{nn, GeluApproximation, Tracer};
 use smelt_ir::{DType, Graph, HostTensor, Signature};
 use std::collections::HashMap;
@@ -145,6 +145,18 @@ pub fn min_bytes(graph: &Graph) -> u64 {
         })
         .sum();
     (read + written) as u64
+}
+
+/// Zeroed tensors of the shapes and dtypes of `compiled`'s outputs, for `run_into`.
+pub fn zeroed_outputs(compiled: &Compiled) -> Vec<HostTensor> {
+    let g = compiled.graph();
+    g.outputs()
+        .iter()
+        .map(|(_, id)| {
+            let ty = g.ty(*id);
+            HostTensor::zeros(ty.dtype, ty.shape.clone())
+        })
+        .collect()
 }
 
 static CASES: &[Case] = &[

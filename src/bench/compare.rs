@@ -218,7 +218,7 @@ pub fn measure(
         fresh: (ar, br),
         ..
     } = run::time_plans(budget, (&pa, &pb), ("A", "B"), false, &inputs, progress)?;
-    let (mut out_a, mut out_b) = (run::zeros_like_outputs(&pa), run::zeros_like_outputs(&pb));
+    let (mut out_a, mut out_b) = (cases::zeroed_outputs(&pa), cases::zeroed_outputs(&pb));
     pa.run_into(&inputs, &mut out_a)?;
     pb.run_into(&inputs, &mut out_b)?;
     let identical = out_a.len() == out_b.len()

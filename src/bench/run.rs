@@ -314,17 +314,6 @@ fn device_outputs(program: &CudaProgram) -> Result<Vec<DeviceTensor>> {
         .collect()
 }
 
-pub(super) fn zeros_like_outputs(c: &Compiled) -> Vec<HostTensor> {
-    let g = c.graph();
-    g.outputs()
-        .iter()
-        .map(|(_, id)| {
-            let ty = g.ty(*id);
-            HostTensor::zeros(ty.dtype, ty.shape.clone())
-        })
-        .collect()
-}
-
 pub(super) fn max_abs_diff(a: &[HostTensor], b: &[HostTensor]) -> f64 {
     a.iter()
         .zip(b)
@@ -403,7 +392,7 @@ pub(super) fn time_plans(
             })
         }
         _ => {
-            let (mut out_a, mut out_b) = (zeros_like_outputs(a), zeros_like_outputs(b));
+            let (mut out_a, mut out_b) = (cases::zeroed_outputs(a), cases::zeroed_outputs(b));
             progress(&format!("run_into, {la} and {lb} alternately"));
             let into = time_pair(
                 budget,
@@ -484,8 +473,10 @@ pub fn measure(
         progress,
     )?;
     let (ai, ar) = alone.expect("time_plans times the second plan alone when asked to");
-    let (mut out_fused, mut out_unfused) =
-        (zeros_like_outputs(&fused), zeros_like_outputs(&unfused));
+    let (mut out_fused, mut out_unfused) = (
+        cases::zeroed_outputs(&fused),
+        cases::zeroed_outputs(&unfused),
+    );
     // Not timed: the figures' sanity check.
     unfused.run_into(&inputs, &mut out_unfused)?;
     fused.run_into(&inputs, &mut out_fused)?;

@@ -901,7 +901,7 @@ impl BlockElement for f32 {
         ds: usize,
     ) -> bool {
         // SAFETY: forwarded contract.
-        unsafe { super::gemm::transpose_tile_f32(src, cs, rows, cols, dst, ds) }
+        unsafe { super::gemm::transpose_tile(src, cs, rows, cols, dst, ds) }
     }
 }
 

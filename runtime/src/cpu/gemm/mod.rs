@@ -39,6 +39,8 @@ mod panel;
 
 pub use operand::MatmulOperand;
 pub use panel::PANEL_MAX_ROWS;
+// For `copy_blocks` (`cpu/exec.rs`), which copies bound weights into the `gemm` crate's layout.
+pub(crate) use panel::transpose_tile;
 
 use super::error::{CpuError, Result};
 use super::pool::CpuPool;
@@ -634,26 +636,6 @@ fn checked_product(dims: &[usize], what: &str) -> Result<usize> {
 
 fn overflow(what: String) -> CpuError {
     CpuError::Overflow { op: OP, what }
-}
-
-/// Copies the `rows x cols` f32 block (each at most 16) whose element `(i, j)` is at
-/// `src + i + j * cs` to `dst + i * ds + j` by a transpose in registers, where the CPU has
-/// AVX-512F; returns whether it did (it copies nothing otherwise): for `copy_blocks`
-/// (`cpu/exec.rs`), which copies bound weights into the `gemm` crate's layout.
-///
-/// # Safety
-/// Elements `i < rows` of each column `j < cols` are readable; for each `i < rows`, `cols`
-/// elements from `dst + i * ds` are writable.
-pub(crate) unsafe fn transpose_tile_f32(
-    src: *const f32,
-    cs: isize,
-    rows: usize,
-    cols: usize,
-    dst: *mut f32,
-    ds: usize,
-) -> bool {
-    // SAFETY: forwarded contract.
-    unsafe { panel::transpose_tile(src, cs, rows, cols, dst, ds) }
 }
 
 /// Below this many elements, [`append_pieces`] writes on the calling thread alone (starting

@@ -145,7 +145,7 @@ pub(super) unsafe fn fill_panel_strided(
 /// # Safety
 /// Elements `i < rows` of each column `j < cols` are readable; for each `i < rows`, `cols`
 /// elements from `dst + i * ds` are writable.
-pub(super) unsafe fn transpose_tile(
+pub(crate) unsafe fn transpose_tile(
     src: *const f32,
     cs: isize,
     rows: usize,
