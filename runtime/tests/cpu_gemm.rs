@@ -437,9 +437,9 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
 /// here element by element: each column block (`rhs_column_blocks`) from element `k * c` of
 /// its first column `c`, in whole pairs of 32 columns, panel `q` of a block holding element
 /// `(i, j)` at `q * k * 16 + i * 16 + j % 16`, zeros past the block's last column. The
-/// operand is read row-major (`[k, n]`) and transposed (`[n, k]` with padded rows, as a
-/// linear layer's weight is: the path that transposes 16 x 16 tiles in registers), at an
-/// offset; the shapes are large enough that packing is split among threads, with ragged row
+/// operand is read row-major (`[k, n]`: the path that copies a panel row per vector) and
+/// transposed (`[n, k]` with padded rows, as a linear layer's weight is: the path that
+/// transposes 16 x 16 tiles in registers), at an offset; the shapes are large enough that packing is split among threads, with ragged row
 /// and column counts; the layout must not depend on how many threads packed it. A buffer too
 /// short for the strides is a typed error.
 #[test]

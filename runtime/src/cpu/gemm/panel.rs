@@ -105,9 +105,11 @@ unsafe fn pack_strided(
 }
 
 /// [`fill_panel`] of the operand whose element `(i, j)` is at `ptr + i * rs + j * cs`. Where
-/// rows are contiguous (`rs == 1`: a linear layer's `[n, k]` weight read as `[k, n]`) and the
-/// CPU has AVX-512F, by 16 x 16 tiles transposed in registers
-/// ([`avx512::fill_panel_contiguous_rows`]).
+/// the CPU has AVX-512F: when rows are contiguous (`rs == 1`: a linear layer's `[n, k]` weight
+/// read as `[k, n]`), by 16 x 16 tiles transposed in registers
+/// ([`avx512::fill_panel_contiguous_rows`]); when columns are (`cs == 1`: a row-major
+/// `[k, n]` operand), by one masked vector copy per panel row
+/// ([`avx512::fill_panel_contiguous_columns`]).
 ///
 /// A function of its own, outside the AVX-512 module, on purpose: a closure written inside a
 /// `#[target_feature]` function carries that feature, and a function without it (here
@@ -129,6 +131,12 @@ pub(super) unsafe fn fill_panel_strided(
     if rs == 1 && available() {
         // SAFETY: AVX-512F is available; the caller's promise covers the reads.
         unsafe { avx512::fill_panel_contiguous_rows(panel, k, first, end, ptr, cs) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if cs == 1 && available() {
+        // SAFETY: AVX-512F is available; the caller's promise covers the reads.
+        unsafe { avx512::fill_panel_contiguous_columns(panel, k, first, end, ptr, rs) };
         return;
     }
     fill_panel(panel, k, first, end, |i, j| {
@@ -262,6 +270,35 @@ mod avx512 {
                     true,
                 )
             };
+        }
+    }
+
+    /// [`super::fill_panel`] of the operand whose element `(i, j)` is at `ptr + i * rs + j`:
+    /// each panel row one masked load of its (up to) 16 contiguous columns.
+    ///
+    /// # Safety
+    /// AVX-512F is available; every element with `i < k` and `first <= j < end` is readable.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn fill_panel_contiguous_columns(
+        panel: &mut [MaybeUninit<f32>],
+        k: usize,
+        first: usize,
+        end: usize,
+        ptr: *const f32,
+        rs: isize,
+    ) {
+        assert_eq!(panel.len(), k * PANEL, "a panel is k x 16");
+        let width = end.saturating_sub(first).min(PANEL);
+        let mask = ((1u32 << width) - 1) as __mmask16;
+        let src = ptr.wrapping_add(first);
+        let dst = panel.as_mut_ptr().cast::<f32>();
+        for i in 0..k {
+            // SAFETY: row `i < k`, columns `first..first + width` (below `end`): readable, the
+            // masked-off lanes not accessed; panel row `i` is 16 elements inside `panel`.
+            unsafe {
+                let v = _mm512_maskz_loadu_ps(mask, src.wrapping_offset(i as isize * rs));
+                _mm512_storeu_ps(dst.add(i * PANEL), v);
+            }
         }
     }
 
