@@ -106,10 +106,9 @@ unsafe fn pack_strided(
 
 /// [`fill_panel`] of the operand whose element `(i, j)` is at `ptr + i * rs + j * cs`. Where
 /// the CPU has AVX-512F: when rows are contiguous (`rs == 1`: a linear layer's `[n, k]` weight
-/// read as `[k, n]`), by 16 x 16 tiles transposed in registers
-/// ([`avx512::fill_panel_contiguous_rows`]); when columns are (`cs == 1`: a row-major
-/// `[k, n]` operand), by one masked vector copy per panel row
-/// ([`avx512::fill_panel_contiguous_columns`]).
+/// read as `[k, n]`), by 16 x 16 tiles transposed in registers; when columns are (`cs == 1`:
+/// a row-major `[k, n]` operand), by one masked vector copy per panel row
+/// ([`avx512::fill_panel_contiguous`]).
 ///
 /// A function of its own, outside the AVX-512 module, on purpose: a closure written inside a
 /// `#[target_feature]` function carries that feature, and a function without it (here
@@ -128,15 +127,10 @@ pub(super) unsafe fn fill_panel_strided(
     cs: isize,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if rs == 1 && available() {
-        // SAFETY: AVX-512F is available; the caller's promise covers the reads.
-        unsafe { avx512::fill_panel_contiguous_rows(panel, k, first, end, ptr, cs) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if cs == 1 && available() {
-        // SAFETY: AVX-512F is available; the caller's promise covers the reads.
-        unsafe { avx512::fill_panel_contiguous_columns(panel, k, first, end, ptr, rs) };
+    if (rs == 1 || cs == 1) && available() {
+        // SAFETY: AVX-512F is available, rows or columns are contiguous; the caller's promise
+        // covers the reads.
+        unsafe { avx512::fill_panel_contiguous(panel, k, first, end, ptr, (rs, cs)) };
         return;
     }
     fill_panel(panel, k, first, end, |i, j| {
@@ -236,62 +230,49 @@ mod avx512 {
     use std::arch::x86_64::*;
     use std::mem::MaybeUninit;
 
-    /// [`super::fill_panel`] of the operand whose element `(i, j)` is at `ptr + i + j * cs`:
-    /// each 16-row tile of the panel's (up to) 16 columns by [`transpose_tile`], columns past
-    /// `end` written as zeros.
+    /// [`super::fill_panel`] of the operand whose element `(i, j)` is at
+    /// `ptr + i * rs + j * cs`, where rows or columns are contiguous: with `rs == 1`, each
+    /// 16-row tile of the panel's (up to) 16 columns by [`transpose_tile`]; with `cs == 1`,
+    /// each panel row by one masked load of its (up to) 16 columns. Columns past `end` are
+    /// written as zeros.
     ///
     /// # Safety
-    /// AVX-512F is available; every element with `i < k` and `first <= j < end` is readable.
+    /// AVX-512F is available; `rs == 1` or `cs == 1`; every element with `i < k` and
+    /// `first <= j < end` is readable.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn fill_panel_contiguous_rows(
+    pub(super) unsafe fn fill_panel_contiguous(
         panel: &mut [MaybeUninit<f32>],
         k: usize,
         first: usize,
         end: usize,
         ptr: *const f32,
-        cs: isize,
+        (rs, cs): (isize, isize),
     ) {
         assert_eq!(panel.len(), k * PANEL, "a panel is k x 16");
         let width = end.saturating_sub(first).min(PANEL);
         let src = ptr.wrapping_offset(first as isize * cs);
         let dst = panel.as_mut_ptr().cast::<f32>();
-        for i0 in (0..k).step_by(PANEL) {
-            // SAFETY: rows `i0..i0 + rows` (below `k`) of columns `first..first + width`
-            // (below `end`) are readable; panel rows `i0..i0 + rows` are 16 elements each
-            // inside `panel`.
-            unsafe {
-                transpose_tile(
-                    src.wrapping_add(i0),
-                    cs,
-                    (k - i0).min(PANEL),
-                    width,
-                    dst.add(i0 * PANEL),
-                    PANEL,
-                    true,
-                )
-            };
+        if rs == 1 {
+            for i0 in (0..k).step_by(PANEL) {
+                // SAFETY: rows `i0..i0 + rows` (below `k`) of columns `first..first + width`
+                // (below `end`) are readable; panel rows `i0..i0 + rows` are 16 elements each
+                // inside `panel`.
+                unsafe {
+                    transpose_tile(
+                        src.wrapping_add(i0),
+                        cs,
+                        (k - i0).min(PANEL),
+                        width,
+                        dst.add(i0 * PANEL),
+                        PANEL,
+                        true,
+                    )
+                };
+            }
+            return;
         }
-    }
-
-    /// [`super::fill_panel`] of the operand whose element `(i, j)` is at `ptr + i * rs + j`:
-    /// each panel row one masked load of its (up to) 16 contiguous columns.
-    ///
-    /// # Safety
-    /// AVX-512F is available; every element with `i < k` and `first <= j < end` is readable.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn fill_panel_contiguous_columns(
-        panel: &mut [MaybeUninit<f32>],
-        k: usize,
-        first: usize,
-        end: usize,
-        ptr: *const f32,
-        rs: isize,
-    ) {
-        assert_eq!(panel.len(), k * PANEL, "a panel is k x 16");
-        let width = end.saturating_sub(first).min(PANEL);
+        debug_assert_eq!(cs, 1, "rows or columns are contiguous");
         let mask = ((1u32 << width) - 1) as __mmask16;
-        let src = ptr.wrapping_add(first);
-        let dst = panel.as_mut_ptr().cast::<f32>();
         for i in 0..k {
             // SAFETY: row `i < k`, columns `first..first + width` (below `end`): readable, the
             // masked-off lanes not accessed; panel row `i` is 16 elements inside `panel`.
