@@ -820,16 +820,13 @@ fn copy_blocks<T: BlockElement>(
     const STRIPE: usize = 32;
     const TILE: usize = 16;
     let n = blocks.last().map_or(0, |b| b.end);
-    if k > 0 && n > 0 {
-        let last = (n - 1)
-            .checked_mul(sn)?
-            .checked_add(offset)?
-            .checked_add(k - 1)?;
-        if last >= v.len() {
+    let cs = isize::try_from(sn).ok()?;
+    // The elements read: the `[k, n]` operand's span, from `offset`.
+    if let Some((_, hi)) = MatmulOperand::new(&[k, n], &[1, cs]).span().ok()? {
+        if usize::try_from(hi).ok()?.checked_add(offset)? >= v.len() {
             return None;
         }
     }
-    let cs = isize::try_from(sn).ok()?;
     // Every stripe, in storage order: its length, and its block's columns and its rows.
     let stripes: Vec<_> = blocks
         .iter()

@@ -278,29 +278,26 @@ impl MatmulPlan {
         [rs, cs]: [usize; 2],
     ) -> Result<()> {
         let (k, n) = (self.k, self.n);
-        if k > 0 && n > 0 {
-            let last = (k - 1)
-                .checked_mul(rs)
-                .and_then(|r| (n - 1).checked_mul(cs).and_then(|c| r.checked_add(c)))
-                .and_then(|e| e.checked_add(offset))
-                .ok_or_else(|| CpuError::Overflow {
-                    op: OP,
-                    what: "the right operand's extent".into(),
-                })?;
-            if last >= data.len() {
-                return Err(CpuError::BufferTooSmall {
-                    op: OP,
-                    operand: "rhs",
-                    needed: last + 1,
-                    len: data.len(),
-                });
-            }
-        }
         let strides = isize::try_from(rs).ok().zip(isize::try_from(cs).ok());
         let (rs, cs) = strides.ok_or_else(|| CpuError::Overflow {
             op: OP,
             what: "the right operand's strides".into(),
         })?;
+        // The elements read: the `[k, n]` operand's span, from `offset`.
+        if let Some((_, hi)) = MatmulOperand::new(&[k, n], &[rs, cs]).span()? {
+            let needed = usize::try_from(hi)
+                .ok()
+                .and_then(|h| h.checked_add(offset)?.checked_add(1))
+                .ok_or_else(|| overflow("the right operand's extent".into()))?;
+            if needed > data.len() {
+                return Err(CpuError::BufferTooSmall {
+                    op: OP,
+                    operand: "rhs",
+                    needed,
+                    len: data.len(),
+                });
+            }
+        }
         let blocks = self
             .rhs_column_blocks(threads)
             .unwrap_or_else(|| std::iter::once(0..n).collect());
@@ -314,8 +311,8 @@ impl MatmulPlan {
             })
             .collect();
         // SAFETY: `fill_panel_strided` writes all `k * 16` elements of the panel it is given;
-        // it reads rows below `k` and columns below the block's end (at most `n`), at most
-        // element `last` of `data`, checked above.
+        // it reads rows below `k` and columns below the block's end (at most `n`): inside
+        // `data`, checked above.
         unsafe {
             append_pieces(out, &panels, threads, |&(first, end), dst| {
                 let ptr = data.as_ptr().wrapping_add(offset);

@@ -56,7 +56,7 @@ impl MatmulOperand {
     }
 
     /// The lowest and highest element offset the operand reaches; `None` if it is empty.
-    fn span(&self) -> Result<Option<(isize, isize)>> {
+    pub(crate) fn span(&self) -> Result<Option<(isize, isize)>> {
         if self.dims.contains(&0) {
             return Ok(None);
         }
