@@ -244,8 +244,10 @@ elif ! step nvidia-smi 30 nvidia-smi; then
   say "NO GPU: nvidia-smi failed (see nvidia-smi.log)"
   finish 2 "no GPU"
 fi
-grep -E "NVIDIA-SMI|CUDA Version|H100|H200|A100|MiB" "$results/nvidia-smi.log" | head -6 |
-  sed 's/^/    /' >>"$summary"
+if [[ -f "$results/nvidia-smi.log" ]]; then
+  grep -E "NVIDIA-SMI|CUDA Version|H100|H200|A100|MiB" "$results/nvidia-smi.log" | head -6 |
+    sed 's/^/    /' >>"$summary"
+fi
 [[ -z "$nvrtc_lib" ]] && say "warning: no libnvrtc found: every compile will fail"
 
 req=(env SMELT_REQUIRE_GPU=1 SMELT_REQUIRE_NVRTC=1)
