@@ -12,7 +12,10 @@
 //! - against the interpreter: the defaults for outputs whose graph cone has no reduction or
 //!   matmul; for the others, which the interpreter accumulates in f64 and the kernels in f32
 //!   (or blocked GEMM order), `rtol = atol = 1e-3` for f32/f64 and `2e-2` (f16) / `8e-2` (bf16),
-//!   since an f32 accumulation of n terms differs by up to ~n·2⁻²⁴ of the sum of magnitudes.
+//!   since an f32 accumulation of n terms differs by up to ~n·2⁻²⁴ of the sum of magnitudes;
+//!   those of the coarsest of the output's dtype and its cone's accumulation results (an f32
+//!   cast of a bf16 matmul has bf16's: the f32 and f64 sums, each rounded to bf16, can be an
+//!   ulp apart, found with `SMELT_FUZZ_SEED=20261205` in the emulator).
 //!
 //! Integers, bools, NaN positions and infinities are exact, except that in an output with an
 //! accumulation (GEMMs and reductions, against either oracle) any two
