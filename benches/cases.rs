@@ -17,6 +17,10 @@
 //! The `weights-<case>` groups run the same cases fused on the CPU with the weights bound at
 //! compile time (`bound`, packed once) and given with every call's inputs (`per-call`, copied
 //! into the GEMM's layout on every call), as a program that feeds its weights at run time does.
+//!
+//! The `short-rows-<cols>` groups add a broadcast row to a 24 MiB tensor of rows of 16, 32 and
+//! 64 floats, fused on the CPU, with the default options and with plain stores only
+//! (`cargo bench --bench cases -- short-rows`).
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use smelt::bench::cases::{self, Size};
@@ -219,5 +223,62 @@ fn bench_weights(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_cases, bench_compile, bench_weights);
+/// Rows of `cols` floats of a 24 MiB tensor plus a broadcast row, fused on the CPU, as the
+/// defaults compile it and with plain stores only. Rows of 16 and 32 floats are too short for
+/// streaming stores' groups of four lines: the defaults must not peel them for nothing.
+fn bench_short_rows(c: &mut Criterion) {
+    let filter = filter();
+    for cols in [16, 32, 64] {
+        let name = format!("short-rows-{cols}");
+        if let Some(f) = &filter {
+            if !(f.contains(&name) || name.contains(f.as_str())) {
+                continue;
+            }
+        }
+        let rows = (24 << 20) / 4 / cols;
+        let t = smelt::frontend::Tracer::new();
+        let trace = || -> smelt::Result<Graph> {
+            let x = t.input("x", smelt::ir::DType::F32, [rows, cols])?;
+            let b = t.input("b", smelt::ir::DType::F32, [cols])?;
+            t.output("y", &x.add(&b)?)?;
+            Ok(t.finish()?)
+        };
+        let graph = trace().expect("the case traces");
+        let (inputs, _) = cases::data(&graph, 1).expect("f32 data");
+        let mut group = c.benchmark_group(name);
+        group
+            .throughput(Throughput::Bytes(cases::min_bytes(&graph)))
+            .sample_size(20)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(2));
+        for (label, no_streaming_stores) in [("default", false), ("plain-stores", true)] {
+            let compiled = compile_with(
+                &graph,
+                Options {
+                    device: Device::Cpu,
+                    no_streaming_stores,
+                    ..Options::default()
+                },
+            )
+            .expect("the case compiles");
+            let mut outputs = cases::zeroed_outputs(&compiled);
+            group.bench_function(label, |b| {
+                b.iter(|| {
+                    compiled
+                        .run_into(&inputs, &mut outputs)
+                        .expect("the case runs")
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(
+    benches,
+    bench_cases,
+    bench_compile,
+    bench_weights,
+    bench_short_rows
+);
 criterion_main!(benches);

@@ -5,8 +5,8 @@
 #[cfg(feature = "llvm")]
 mod with_llvm {
     use smelt_codegen::llvm::kernel::{
-        compile_program_kernels, kernel_extent, optimized_kernel_ir, program_listing, reduce_group,
-        CompiledKernels,
+        compile_program_kernels, has_plain_twin, kernel_extent, optimized_kernel_ir,
+        program_listing, reduce_group, CompiledKernels,
     };
     use smelt_codegen::llvm::{CpuTarget, JitOptions, MathMode};
     use smelt_ir::{BinaryOp, DType, NodeId, Scalar, UnaryOp};
@@ -846,6 +846,40 @@ mod with_llvm {
         for kern in &ks {
             let masked = avx512_lines(kern, &decls, &options, "@llvm.masked.store");
             assert!(masked >= 2, "{}: {masked} masked stores", kern.name);
+        }
+    }
+
+    /// Rows of fewer than 64 floats (256 bytes, one group of four lines) cannot hold a whole
+    /// group, so a streaming loop over them would only ever run its masked head and tail, which
+    /// never stream: such kernels are generated as with streaming off, with no twin. From 64
+    /// floats on they stream. Both kernels of [`streaming_pair`], elementwise and row.
+    #[test]
+    fn rows_too_short_for_a_group_of_lines_do_not_stream() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let with = |min: Option<u64>| {
+            avx512(&JitOptions {
+                nontemporal_min_bytes: min,
+                ..JitOptions::default()
+            })
+        };
+        for cols in [8, 16, 40, 63, 64, 100] {
+            let (ks, decls) = streaming_pair(5, cols);
+            for k in &ks {
+                let streaming = optimized_kernel_ir(k, &decls, &with(Some(0))).unwrap();
+                let plain = optimized_kernel_ir(k, &decls, &with(None)).unwrap();
+                let twin = has_plain_twin(k, &decls, &[BufferId(2)], &with(Some(0)));
+                let what = format!("{} with rows of {cols}", k.name);
+                if cols < 64 {
+                    assert_eq!(streaming, plain, "{what}");
+                    assert!(!twin, "{what}");
+                } else {
+                    assert_ne!(streaming, plain, "{what}");
+                    assert!(twin, "{what}");
+                    assert!(streaming.contains("!nontemporal"), "{what}");
+                }
+            }
         }
     }
 

@@ -754,7 +754,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             let target = elementwise
                 .then(|| contiguous_store(&em.kernel.stages, outer.len() - 1))
                 .flatten();
-            em.streaming_loop(lo, hi, "j", target, &mut |em, j| {
+            em.streaming_loop(lo, hi, last as u64, "j", target, &mut |em, j| {
                 em.vars.clone_from(&prefix);
                 em.vars.push(j);
                 em.point()
@@ -834,7 +834,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let hi = self.i64c(first as i64);
         let lo = self.i64c(0);
         if rest.is_empty() {
-            self.streaming_loop(lo, hi, "inner", target, &mut |em, i| {
+            self.streaming_loop(lo, hi, first as u64, "inner", target, &mut |em, i| {
                 em.vars.truncate(depth);
                 em.vars.push(i);
                 f(em)

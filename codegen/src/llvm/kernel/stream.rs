@@ -18,7 +18,10 @@
 //!    the tail carry [`MASKED_TAIL`] hints, so each runs as masked vectors rather than the
 //!    vectoriser's narrower epilogue and a scalar remainder (which, for rows of a tensor 16
 //!    bytes off a line, cost as much as a third of a row's arithmetic). All three run the same
-//!    body, so the values are unchanged.
+//!    body, so the values are unchanged. A loop shorter than one group ([`MIN_STREAM_RUN`],
+//!    256 bytes) is not peeled: its main part would never run, so nothing would stream, and the
+//!    peeling cost rows of 16 and 32 floats 1.3–2.5x their time; a kernel none of whose loops
+//!    is that long does not stream at all (no twin).
 //! 2. **Optimisation** as usual: the vectoriser widens the main loop, and instcombine derives
 //!    that its vector stores are 64-byte aligned from the assumption.
 //! 3. **Marking** ([`mark_streaming_stores`], after optimisation): in such a kernel's entry
@@ -61,8 +64,14 @@ const ALIGN: u64 = 64;
 /// iteration of a 4-vector AVX-512 loop stores); the rest runs in a masked tail loop.
 const TAIL_GROUP: u64 = 4;
 
+/// The fewest bytes a streaming loop must span for a whole group of [`TAIL_GROUP`] lines to
+/// fit in it: a shorter loop would run its head and tail only, as masked vectors, which never
+/// stream, and pay for the peeling on every row for nothing.
+pub(crate) const MIN_STREAM_RUN: u64 = TAIL_GROUP * ALIGN;
+
 /// Whether `kernel` streams its stores under `min_bytes` (see the module docs): every buffer
-/// it writes is at least that long.
+/// it writes is at least that long, and one of its store loops spans [`MIN_STREAM_RUN`] bytes
+/// of the buffer it writes contiguously.
 pub(crate) fn streams(kernel: &Kernel, buffers: &[BufferDecl], min_bytes: Option<u64>) -> bool {
     let Some(min) = min_bytes else {
         return false;
@@ -73,6 +82,39 @@ pub(crate) fn streams(kernel: &Kernel, buffers: &[BufferDecl], min_bytes: Option
                 (b.numel as u64).saturating_mul(b.dtype.size_bytes() as u64) >= min
             })
         })
+        && stream_runs(kernel, buffers).any(|bytes| bytes >= MIN_STREAM_RUN)
+}
+
+/// The bytes each loop of `kernel` that may stream (see [`Emitter::streaming_loop`]'s
+/// callers) spans of the store it walks contiguously: an elementwise kernel's last outer
+/// dim, a row kernel's innermost store loops.
+fn stream_runs<'k>(
+    kernel: &'k Kernel,
+    buffers: &'k [BufferDecl],
+) -> impl Iterator<Item = u64> + 'k {
+    let size = |b: BufferId| {
+        buffers
+            .get(b.0 as usize)
+            .map_or(0, |d| d.dtype.size_bytes() as u64)
+    };
+    let elementwise = kernel
+        .stages
+        .iter()
+        .all(|s| s.inner.is_empty() && matches!(s.effect, StageEffect::Store(_)));
+    let outer = kernel.outer.len();
+    let whole = elementwise
+        .then(|| {
+            let last = *kernel.outer.last()? as u64;
+            let (b, _) = contiguous_store(&kernel.stages, outer.checked_sub(1)?)?;
+            Some(last.saturating_mul(size(b)))
+        })
+        .flatten();
+    let rows = kernel.stages.iter().filter_map(move |stage| {
+        let last = *stage.inner.last()? as u64;
+        let (b, _) = contiguous_store([stage], outer + stage.inner.len() - 1)?;
+        Some(last.saturating_mul(size(b)))
+    });
+    whole.into_iter().chain(rows)
 }
 
 /// The main loop's aligned pointer into one buffer (see [`Emitter::streaming_loop`]).
@@ -143,12 +185,15 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     }
 
     /// `for (i = lo; i < hi; i++) f(i)` with the current loop variables as they are and `i`
-    /// pushed last; when `target` names a store walking `i` contiguously, peeled so that the
-    /// main part starts where that store's address is 64-byte aligned (see the module docs).
+    /// pushed last; when `target` names a store walking `i` contiguously and the loop's
+    /// `extent` (the most iterations it runs) spans [`MIN_STREAM_RUN`] bytes of it, peeled so
+    /// that the main part starts where that store's address is 64-byte aligned (see the module
+    /// docs).
     pub(crate) fn streaming_loop(
         &mut self,
         lo: IntValue<'ctx>,
         hi: IntValue<'ctx>,
+        extent: u64,
         name: &str,
         target: Option<(BufferId, Access)>,
         f: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<()>,
@@ -161,7 +206,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         // are taken at this depth.
         let depth = self.vars.len();
         let size = self.buffer(buffer)?.1.dtype.size_bytes() as u64;
-        if !size.is_power_of_two() || size > ALIGN {
+        if !size.is_power_of_two() || size > ALIGN || extent.saturating_mul(size) < MIN_STREAM_RUN {
             return self.store_loop(lo, hi, name, f);
         }
         // Head: up to the first element at a 64-byte boundary (elements are aligned to their
