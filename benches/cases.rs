@@ -22,7 +22,10 @@
 //! 64 floats, fused on the CPU, with the default options and with plain stores only
 //! (`cargo bench --bench cases -- short-rows`).
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BatchSize, BenchmarkGroup, Criterion, Throughput,
+};
 use smelt::bench::cases::{self, Size};
 use smelt::ir::{Graph, HostTensor};
 use smelt::{compile_with, Device, Options};
@@ -73,6 +76,26 @@ fn filter() -> Option<String> {
     None
 }
 
+/// Compiles `graph` under `options` and times `run_into` on `inputs`, into preallocated
+/// outputs, as `label` in `group`.
+fn time_run_into(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    label: impl Into<String>,
+    graph: &Graph,
+    options: Options,
+    inputs: &HashMap<String, HostTensor>,
+) {
+    let compiled = compile_with(graph, options).expect("the case compiles");
+    let mut outputs = cases::zeroed_outputs(&compiled);
+    group.bench_function(label.into(), |b| {
+        b.iter(|| {
+            compiled
+                .run_into(inputs, &mut outputs)
+                .expect("the case runs")
+        })
+    });
+}
+
 fn bench_cases(c: &mut Criterion) {
     let devices = devices();
     let filter = filter();
@@ -92,24 +115,19 @@ fn bench_cases(c: &mut Criterion) {
             .measurement_time(Duration::from_secs(2));
         for &device in &devices {
             for (label, no_fuse) in [("unfused", true), ("fused", false)] {
-                let compiled = compile_with(
+                let options = Options {
+                    device,
+                    no_fuse,
+                    params: params.clone(),
+                    ..Options::default()
+                };
+                time_run_into(
+                    &mut group,
+                    format!("{label}-{device}"),
                     &graph,
-                    Options {
-                        device,
-                        no_fuse,
-                        params: params.clone(),
-                        ..Options::default()
-                    },
-                )
-                .expect("the case compiles");
-                let mut outputs = cases::zeroed_outputs(&compiled);
-                group.bench_function(format!("{label}-{device}"), |b| {
-                    b.iter(|| {
-                        compiled
-                            .run_into(&inputs, &mut outputs)
-                            .expect("the case runs")
-                    })
-                });
+                    options,
+                    &inputs,
+                );
             }
         }
         group.finish();
@@ -201,23 +219,12 @@ fn bench_weights(c: &mut Criterion) {
             ("bound", params.clone(), &inputs),
             ("per-call", HashMap::new(), &all),
         ] {
-            let compiled = compile_with(
-                &graph,
-                Options {
-                    device: Device::Cpu,
-                    params: bound,
-                    ..Options::default()
-                },
-            )
-            .expect("the case compiles");
-            let mut outputs = cases::zeroed_outputs(&compiled);
-            group.bench_function(label, |b| {
-                b.iter(|| {
-                    compiled
-                        .run_into(given, &mut outputs)
-                        .expect("the case runs")
-                })
-            });
+            let options = Options {
+                device: Device::Cpu,
+                params: bound,
+                ..Options::default()
+            };
+            time_run_into(&mut group, label, &graph, options, given);
         }
         group.finish();
     }
@@ -252,23 +259,12 @@ fn bench_short_rows(c: &mut Criterion) {
             .warm_up_time(Duration::from_millis(300))
             .measurement_time(Duration::from_secs(2));
         for (label, no_streaming_stores) in [("default", false), ("plain-stores", true)] {
-            let compiled = compile_with(
-                &graph,
-                Options {
-                    device: Device::Cpu,
-                    no_streaming_stores,
-                    ..Options::default()
-                },
-            )
-            .expect("the case compiles");
-            let mut outputs = cases::zeroed_outputs(&compiled);
-            group.bench_function(label, |b| {
-                b.iter(|| {
-                    compiled
-                        .run_into(&inputs, &mut outputs)
-                        .expect("the case runs")
-                })
-            });
+            let options = Options {
+                device: Device::Cpu,
+                no_streaming_stores,
+                ..Options::default()
+            };
+            time_run_into(&mut group, label, &graph, options, &inputs);
         }
         group.finish();
     }
