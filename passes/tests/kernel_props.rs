@@ -202,9 +202,9 @@ fn cancelling_sums(graph: &Graph, values: &[HostTensor]) -> Vec<bool> {
 /// each tainted operand `x` is moved by `±delta·(1 + |x|)` (about the error it may carry) and
 /// the node is marked where its value moves by more than `16·delta·(1 + |value|)`, or stops
 /// being finite, in f64 by the interpreter. Such ops: `a - b` with `a ≈ b`, `cos` of a large
-/// value (`cos(exp(7.234375))` moves from 0.08 to -0.60 when its bf16 argument moves by the
-/// one ulp that rounding the sum `4.625 + 2.609375 - 4.5e-16` to bf16 from f32 or from f64
-/// makes), `1/x` near 0, `x·y` with a tiny `x` and a huge `y`.
+/// value (in bf16, the sum `4.625 + 2.609375 - 4.5e-16` is 7.21875 rounded from f64 and 7.25
+/// from f32, one ulp apart; `exp` of them is 1368 and 1408, within the bound, and `cos` of
+/// those -0.16 and 0.84), `1/x` near 0, `x·y` with a tiny `x` and a huge `y`.
 fn amplifying(graph: &Graph, values: &[HostTensor], tainted: &[bool], delta: f64) -> Vec<bool> {
     graph
         .ids()
@@ -550,7 +550,7 @@ fn cancelling_sums_and_amplifying_ops_are_found() {
     );
 }
 
-/// `cos(exp(sum(x)))` over bf16: moving the sum by an ulp moves `exp` by about 1.3%, which
+/// `cos(exp(sum(x)))` over bf16: moving the sum by an ulp (1/32) moves `exp` by about 3%, which
 /// `exp` is allowed, and `cos` of it by anything, which the `cos` is marked for; `exp` alone
 /// of a small sum is not.
 #[test]
