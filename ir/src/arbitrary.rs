@@ -216,3 +216,13 @@ pub const SPECIAL_F64: [f64; 16] = [
     3.4028234663852886e38,
     f64::MAX,
 ];
+
+/// The number of cases a property test runs: `PROPTEST_CASES` when set (for a longer
+/// campaign by hand), else `default`. A `ProptestConfig` that names its `cases` overrides the
+/// variable, which `ProptestConfig::default()` alone would read; this keeps it working.
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}

@@ -139,7 +139,7 @@ fn indices_are_in_range_and_integer_divisors_nonzero() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: smelt_ir::arbitrary::proptest_cases(128), ..ProptestConfig::default() })]
 
     #[test]
     fn bindings_cover_every_input_with_its_type(
@@ -180,7 +180,7 @@ fn bindings_include_special_values() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: smelt_ir::arbitrary::proptest_cases(512), ..ProptestConfig::default() })]
 
     /// The generator's graphs are runnable: the reference interpreter evaluates every one of
     /// them on arbitrary bindings without a data-dependent error (index out of range,

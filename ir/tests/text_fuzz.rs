@@ -166,7 +166,7 @@ fn apply(src: &str, e: &Edit) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: smelt_ir::arbitrary::proptest_cases(2048), ..ProptestConfig::default() })]
 
     #[test]
     fn random_strings_never_panic(s in "\\PC{0,200}") {

@@ -6,7 +6,7 @@ use smelt_ir::text::{parse, print};
 use smelt_ir::{verify, Graph};
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: smelt_ir::arbitrary::proptest_cases(1024), ..ProptestConfig::default() })]
 
     #[test]
     fn print_then_parse_is_identity(g in arb_graph(24)) {
@@ -26,7 +26,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: smelt_ir::arbitrary::proptest_cases(64), ..ProptestConfig::default() })]
 
     #[test]
     fn large_graphs_round_trip(g in arb_graph_with(GenConfig { max_nodes: 96, ..GenConfig::default() })) {

@@ -22,7 +22,7 @@ fn opts(fuse: bool) -> PassOptions {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: smelt_ir::arbitrary::proptest_cases(256), ..ProptestConfig::default() })]
 
     #[test]
     fn plans_are_valid_exact_and_no_worse_than_greedy(

@@ -325,8 +325,7 @@ fn eps(d: DType) -> f64 {
 }
 
 proptest! {
-    // 256 cases per run; `PROPTEST_CASES` sets more for a longer campaign by hand.
-    #![proptest_config(ProptestConfig { cases: cases(256), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: smelt_ir::arbitrary::proptest_cases(256), ..ProptestConfig::default() })]
 
     #[test]
     fn kernel_programs_match_the_interpreter((graph, bindings) in arb_case()) {
@@ -345,14 +344,6 @@ proptest! {
     fn default_accumulators_stay_close((graph, bindings) in arb_case()) {
         check_default_accumulators(&graph, &bindings)?;
     }
-}
-
-/// `PROPTEST_CASES` if set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
 }
 
 /// `graph` with every f16/bf16 `sum`, `mean` or `prod` computed on its input cast to f64 and

@@ -171,7 +171,7 @@ fn rule_rich_graph(seed: u64) -> Graph {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: smelt_ir::arbitrary::proptest_cases(256), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn simplify_preserves_rule_rich_graphs(
