@@ -821,9 +821,12 @@ fn copy_blocks<T: BlockElement>(
     const TILE: usize = 16;
     let n = blocks.last().map_or(0, |b| b.end);
     let cs = isize::try_from(sn).ok()?;
-    // The elements read: the `[k, n]` operand's span, from `offset`.
-    if let Some((_, hi)) = MatmulOperand::new(&[k, n], &[1, cs]).span().ok()? {
-        if usize::try_from(hi).ok()?.checked_add(offset)? >= v.len() {
+    // The elements read: the `[k, n]` operand's, from `offset`.
+    if let Some(needed) = MatmulOperand::new(&[k, n], &[1, cs])
+        .needed_len(offset)
+        .ok()?
+    {
+        if needed > v.len() {
             return None;
         }
     }

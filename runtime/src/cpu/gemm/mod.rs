@@ -279,16 +279,9 @@ impl MatmulPlan {
     ) -> Result<()> {
         let (k, n) = (self.k, self.n);
         let strides = isize::try_from(rs).ok().zip(isize::try_from(cs).ok());
-        let (rs, cs) = strides.ok_or_else(|| CpuError::Overflow {
-            op: OP,
-            what: "the right operand's strides".into(),
-        })?;
-        // The elements read: the `[k, n]` operand's span, from `offset`.
-        if let Some((_, hi)) = MatmulOperand::new(&[k, n], &[rs, cs]).span()? {
-            let needed = usize::try_from(hi)
-                .ok()
-                .and_then(|h| h.checked_add(offset)?.checked_add(1))
-                .ok_or_else(|| overflow("the right operand's extent".into()))?;
+        let (rs, cs) = strides.ok_or_else(|| overflow("the right operand's strides".into()))?;
+        // The elements read: the `[k, n]` operand's, from `offset`.
+        if let Some(needed) = MatmulOperand::new(&[k, n], &[rs, cs]).needed_len(offset)? {
             if needed > data.len() {
                 return Err(CpuError::BufferTooSmall {
                     op: OP,

@@ -55,8 +55,21 @@ impl MatmulOperand {
         &self.strides
     }
 
+    /// The length a buffer needs for the operand to start at its element `offset`: one past
+    /// the highest element the operand reaches from there; `None` if the operand is empty.
+    pub(crate) fn needed_len(&self, offset: usize) -> Result<Option<usize>> {
+        let Some((_, hi)) = self.span()? else {
+            return Ok(None);
+        };
+        usize::try_from(hi)
+            .ok()
+            .and_then(|h| h.checked_add(offset)?.checked_add(1))
+            .map(Some)
+            .ok_or_else(|| overflow(format!("the extent of operand {self} from {offset}")))
+    }
+
     /// The lowest and highest element offset the operand reaches; `None` if it is empty.
-    pub(crate) fn span(&self) -> Result<Option<(isize, isize)>> {
+    fn span(&self) -> Result<Option<(isize, isize)>> {
         if self.dims.contains(&0) {
             return Ok(None);
         }
