@@ -76,6 +76,13 @@ fn filter() -> Option<String> {
     None
 }
 
+/// Whether the filter (see [`filter`]) selects the group `name`: either contains the other.
+fn selected(filter: &Option<String>, name: &str) -> bool {
+    filter
+        .as_deref()
+        .is_none_or(|f| f.contains(name) || name.contains(f))
+}
+
 /// Compiles `graph` under `options` and times `run_into` on `inputs`, into preallocated
 /// outputs, as `label` in `group`.
 fn time_run_into(
@@ -100,10 +107,8 @@ fn bench_cases(c: &mut Criterion) {
     let devices = devices();
     let filter = filter();
     for case in cases::all() {
-        if let Some(f) = &filter {
-            if !(f.contains(case.name) || case.name.contains(f.as_str())) {
-                continue;
-            }
+        if !selected(&filter, case.name) {
+            continue;
         }
         let graph = case.build(Size::Full).expect("the case traces");
         let (inputs, params) = cases::data(&graph, 1).expect("f32 data");
@@ -148,10 +153,8 @@ fn weight_cases(prefix: &'static str) -> impl Iterator<Item = WeightCase> {
     let filter = filter();
     cases::all().iter().filter_map(move |case| {
         let group = format!("{prefix}{}", case.name);
-        if let Some(f) = &filter {
-            if !(f.contains(&group) || group.contains(f.as_str())) {
-                return None;
-            }
+        if !selected(&filter, &group) {
+            return None;
         }
         let graph = case.build(Size::Full).expect("the case traces");
         let (inputs, params) = cases::data(&graph, 1).expect("f32 data");
@@ -237,10 +240,8 @@ fn bench_short_rows(c: &mut Criterion) {
     let filter = filter();
     for cols in [16, 32, 64] {
         let name = format!("short-rows-{cols}");
-        if let Some(f) = &filter {
-            if !(f.contains(&name) || name.contains(f.as_str())) {
-                continue;
-            }
+        if !selected(&filter, &name) {
+            continue;
         }
         let rows = (24 << 20) / 4 / cols;
         let t = smelt::frontend::Tracer::new();
