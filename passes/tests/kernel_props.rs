@@ -185,8 +185,9 @@ fn cancelling_sums(graph: &Graph, values: &[HostTensor]) -> Vec<bool> {
                     .iter()
                     .map(|x| g.unary(UnaryOp::Abs, *x))
                     .collect::<Result<Vec<_>, _>>()?;
-                Ok([apply(g, op, &abs)?, apply(g, op, xs)?])
-            }) else {
+                Ok(vec![apply(g, op, &abs)?, apply(g, op, xs)?])
+            })
+            .and_then(|v| <[HostTensor; 2]>::try_from(v).ok()) else {
                 return false;
             };
             (0..result.numel()).any(|i| {
@@ -230,31 +231,39 @@ fn amplifying(graph: &Graph, values: &[HostTensor], tainted: &[bool], delta: f64
             {
                 return false;
             }
-            (0..operands.len())
+            // The value, then the value with each tainted operand moved up and down.
+            let moves: Vec<(usize, f64)> = (0..operands.len())
                 .filter(|&j| tainted[operands[j].index()])
-                .any(|j| {
-                    [delta, -delta].into_iter().any(|d| {
-                        let Some([base, moved]) = in_f64(graph, &operands, values, |g, xs| {
-                            let mut ys = xs.to_vec();
-                            let x = xs[j];
-                            let abs = g.unary(UnaryOp::Abs, x)?;
-                            let one = g.scalar(Scalar::Float(1.0), DType::F64)?;
-                            let d = g.scalar(Scalar::Float(d), DType::F64)?;
-                            let scale = g.binary(BinaryOp::Add, abs, one)?;
-                            let step = g.binary(BinaryOp::Mul, scale, d)?;
-                            ys[j] = g.binary(BinaryOp::Add, x, step)?;
-                            Ok([apply(g, op, xs)?, apply(g, op, &ys)?])
-                        }) else {
-                            return false;
-                        };
-                        (0..base.numel()).any(|i| {
-                            let (f, m) = (base.data().get_f64(i), moved.data().get_f64(i));
-                            f.is_finite()
-                                && (!m.is_finite()
-                                    || (m - f).abs() > 16.0 * delta * (1.0 + f.abs()))
-                        })
-                    })
+                .flat_map(|j| [(j, delta), (j, -delta)])
+                .collect();
+            if moves.is_empty() {
+                return false;
+            }
+            let Some(outs) = in_f64(graph, &operands, values, |g, xs| {
+                let mut outs = vec![apply(g, op, xs)?];
+                for &(j, d) in &moves {
+                    let mut ys = xs.to_vec();
+                    let x = xs[j];
+                    let abs = g.unary(UnaryOp::Abs, x)?;
+                    let one = g.scalar(Scalar::Float(1.0), DType::F64)?;
+                    let d = g.scalar(Scalar::Float(d), DType::F64)?;
+                    let scale = g.binary(BinaryOp::Add, abs, one)?;
+                    let step = g.binary(BinaryOp::Mul, scale, d)?;
+                    ys[j] = g.binary(BinaryOp::Add, x, step)?;
+                    outs.push(apply(g, op, &ys)?);
+                }
+                Ok(outs)
+            }) else {
+                return false;
+            };
+            let (base, moved) = outs.split_first().expect("the value comes first");
+            moved.iter().any(|m| {
+                (0..base.numel()).any(|i| {
+                    let (f, m) = (base.data().get_f64(i), m.data().get_f64(i));
+                    f.is_finite()
+                        && (!m.is_finite() || (m - f).abs() > 16.0 * delta * (1.0 + f.abs()))
                 })
+            })
         })
         .collect()
 }
@@ -272,14 +281,14 @@ fn apply(g: &mut Graph, op: &Op, xs: &[NodeId]) -> Result<NodeId, smelt_ir::IrEr
     }
 }
 
-/// The two values `build` computes from `operands` (nodes of `graph`) cast to f64, evaluated
-/// by the interpreter on the operands' `values`; `None` where it rejects them.
+/// The values `build` computes from `operands` (nodes of `graph`) cast to f64, evaluated in
+/// one run of the interpreter on the operands' `values`; `None` where it rejects them.
 fn in_f64(
     graph: &Graph,
     operands: &[NodeId],
     values: &[HostTensor],
-    build: impl FnOnce(&mut Graph, &[NodeId]) -> Result<[NodeId; 2], smelt_ir::IrError>,
-) -> Option<[HostTensor; 2]> {
+    build: impl FnOnce(&mut Graph, &[NodeId]) -> Result<Vec<NodeId>, smelt_ir::IrError>,
+) -> Option<Vec<HostTensor>> {
     let mut g = Graph::new();
     let mut bindings = HashMap::new();
     let mut xs = Vec::new();
@@ -289,14 +298,16 @@ fn in_f64(
         xs.push(g.cast(x, DType::F64).ok()?);
         bindings.insert(format!("x{i}"), values[o.index()].clone());
     }
-    let [a, b] = build(&mut g, &xs).ok()?;
-    g.set_output("a", a).ok()?;
-    g.set_output("b", b).ok()?;
-    let mut out = interp::eval(&g, &bindings)
-        .ok()?
-        .into_iter()
-        .map(|(_, t)| t);
-    Some([out.next()?, out.next()?])
+    for (i, y) in build(&mut g, &xs).ok()?.into_iter().enumerate() {
+        g.set_output(format!("y{i}"), y).ok()?;
+    }
+    Some(
+        interp::eval(&g, &bindings)
+            .ok()?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect(),
+    )
 }
 
 fn reduction_length(graph: &Graph) -> f64 {
