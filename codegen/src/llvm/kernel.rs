@@ -73,7 +73,7 @@ use prefetch::{first_pass_loads, row_distance, FIRST_PASS_ATTR, PREFETCH_ATTR};
 pub(crate) use scalef::inline_after_vectorizing;
 pub use scalef::Scalef;
 pub(crate) use stream::mark_streaming_stores;
-use stream::{contiguous_store, streams, AlignedStore, STREAMING_ATTR};
+use stream::{contiguous_store, stores_walk_last_outer_dim, streams, AlignedStore, STREAMING_ATTR};
 
 use super::error::{LlvmError, Result};
 use super::jit::{assemble, compile, optimize, JitModule};
@@ -716,12 +716,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             return Ok(());
         }
         // An elementwise kernel's stores walk the last outer dim: that loop may stream.
-        let elementwise = self.streaming
-            && self
-                .kernel
-                .stages
-                .iter()
-                .all(|s| s.inner.is_empty() && matches!(s.effect, StageEffect::Store(_)));
+        let elementwise = self.streaming && stores_walk_last_outer_dim(self.kernel);
         let d_last = self.i64c(last as i64);
         let one = self.i64c(1);
         let row0 = self.b.build_int_signed_div(start, d_last, "row0")?;
