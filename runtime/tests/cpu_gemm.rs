@@ -439,9 +439,9 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
 /// `(i, j)` at `q * k * 16 + i * 16 + j % 16`, zeros past the block's last column. The
 /// operand is read row-major (`[k, n]`: the path that copies a panel row per vector) and
 /// transposed (`[n, k]` with padded rows, as a linear layer's weight is: the path that
-/// transposes 16 x 16 tiles in registers), at an offset; the shapes are large enough that packing is split among threads, with ragged row
-/// and column counts; the layout must not depend on how many threads packed it. A buffer too
-/// short for the strides is a typed error.
+/// transposes 16 x 16 tiles in registers), at an offset; the shapes are large enough that
+/// packing is split among threads, with ragged row and column counts; the layout must not
+/// depend on how many threads packed it. A buffer too short for the strides is a typed error.
 #[test]
 fn packed_panels_have_the_documented_layout() {
     #[cfg(target_arch = "x86_64")]
