@@ -271,11 +271,62 @@ fn bench_short_rows(c: &mut Criterion) {
     }
 }
 
+/// `x + y.T` over 2048 x 3072 floats and, batched, `x + y.transpose(1, 2)` over 16 x 512 x
+/// 768, fused on the CPU: with transposed reads in tiles (the default), without, and, for
+/// reference, `x + y` with `y` not transposed.
+fn bench_transpose_add(c: &mut Criterion) {
+    let filter = filter();
+    for dims in [[1, 2048, 3072], [16, 512, 768]] {
+        let name = match dims {
+            [1, m, n] => format!("transpose-add-{m}x{n}"),
+            [b, m, n] => format!("transpose-add-{b}x{m}x{n}"),
+        };
+        if !selected(&filter, &name) {
+            continue;
+        }
+        let [b, m, n] = dims;
+        let trace = |transposed: bool| -> smelt::Result<Graph> {
+            let t = smelt::frontend::Tracer::new();
+            let x = t.input("x", smelt::ir::DType::F32, [b, m, n])?;
+            let y = if transposed {
+                t.input("y", smelt::ir::DType::F32, [b, n, m])?
+                    .permute(&[0, 2, 1])?
+            } else {
+                t.input("y", smelt::ir::DType::F32, [b, m, n])?
+            };
+            t.output("z", &x.add(&y)?)?;
+            Ok(t.finish()?)
+        };
+        let mut group = c.benchmark_group(name);
+        group
+            .sample_size(20)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(2));
+        for (label, transposed, no_tiled_transposes) in [
+            ("tiles", true, false),
+            ("rows", true, true),
+            ("not-transposed", false, false),
+        ] {
+            let graph = trace(transposed).expect("the case traces");
+            let (inputs, _) = cases::data(&graph, 1).expect("f32 data");
+            group.throughput(Throughput::Bytes(cases::min_bytes(&graph)));
+            let options = Options {
+                device: Device::Cpu,
+                no_tiled_transposes,
+                ..Options::default()
+            };
+            time_run_into(&mut group, label, &graph, options, &inputs);
+        }
+        group.finish();
+    }
+}
+
 criterion_group!(
     benches,
     bench_cases,
     bench_compile,
     bench_weights,
-    bench_short_rows
+    bench_short_rows,
+    bench_transpose_add
 );
 criterion_main!(benches);

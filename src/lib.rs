@@ -131,6 +131,12 @@ pub struct Options {
     /// units busy through long bodies such as `tanh`'s or softmax's `exp`). Values are the
     /// same either way.
     pub no_interleave_vectors: bool,
+    /// On the CPU: elementwise kernels that read an operand transposed (across its rows)
+    /// walk their output row by row, one cache line of that operand per element, instead of
+    /// in square tiles whose part of the operand is transposed in registers
+    /// ([`smelt_codegen::llvm::JitOptions::tile_transposes`], on by default). Values are the
+    /// same either way.
+    pub no_tiled_transposes: bool,
     /// On the CPU: f32 matrix products (linear layers) of at most this many rows run on
     /// smelt's AVX-512 panel kernel, with bound weights packed for it once at compile time,
     /// and larger ones on the `gemm` crate. `None`:
@@ -187,6 +193,7 @@ impl Options {
             } else {
                 defaults.interleave_vectors
             },
+            tile_transposes: !self.no_tiled_transposes,
             ..defaults
         }
     }

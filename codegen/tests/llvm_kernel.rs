@@ -1689,4 +1689,200 @@ mod with_llvm {
             assert!(bufs.red_zones_intact(), "{what}");
         }
     }
+
+    /// Kernels reading `y` (`[.., n, m]`) transposed, over `[.., m, n]` (`batch` leading dims
+    /// of 2 and 3 when asked): `k_copy_t` copies `y^T` into buffer 3, `k_add_t` (not for
+    /// bool) adds `x` (buffer 0) to it into buffer 2.
+    fn transpose_kernels(
+        d: DType,
+        batch: bool,
+        m: usize,
+        n: usize,
+    ) -> (Vec<Kernel>, Vec<BufferDecl>) {
+        let (mm, nn) = (m as i64, n as i64);
+        let (outer, rows, cols_t) = if batch {
+            (
+                vec![2, 3, m, n],
+                vec![3 * mm * nn, mm * nn, nn, 1],
+                vec![3 * mm * nn, mm * nn, 1, mm],
+            )
+        } else {
+            (vec![m, n], vec![nn, 1], vec![1, mm])
+        };
+        let numel: usize = outer.iter().product();
+        let decls = (0..4).map(|i| buf(i, d, numel)).collect();
+        let mut body = Body::default();
+        let y = body.load(d, 1, 0, &cols_t);
+        let copy = store_stage(vec![], body, vec![(3, affine(0, &rows), y)]);
+        let mut ks = vec![kernel("k_copy_t", &[1], &[3], &outer, vec![copy])];
+        if d != DType::Bool {
+            let mut body = Body::default();
+            let x = body.load(d, 0, 0, &rows);
+            let y = body.load(d, 1, 0, &cols_t);
+            let s = body.push(Ty::Data(d), InstOp::Binary(BinaryOp::Add, x, y));
+            let add = store_stage(vec![], body, vec![(2, affine(0, &rows), s)]);
+            ks.push(kernel("k_add_t", &[0, 1], &[2], &outer, vec![add]));
+        }
+        (ks, decls)
+    }
+
+    /// `n` values of dtype `d` as their bytes: small integers, or floats in [-3, 3) that are
+    /// exact in every float dtype's range (no NaN, so that bits compare), or alternating
+    /// bools.
+    fn transpose_input(d: DType, n: usize, seed: usize) -> Vec<u8> {
+        let v = |i: usize| (((i + seed) * 7919 % 2003) as f64 / 1001.0 - 1.0) * 3.0;
+        let mut out = Vec::with_capacity(n * d.size_bytes());
+        for i in 0..n {
+            match d {
+                DType::F32 => out.extend((v(i) as f32).to_le_bytes()),
+                DType::F64 => out.extend(v(i).to_le_bytes()),
+                DType::F16 => out.extend(half::f16::from_f64(v(i)).to_le_bytes()),
+                DType::BF16 => out.extend(half::bf16::from_f64(v(i)).to_le_bytes()),
+                DType::I32 => out.extend(((v(i) * 1000.0) as i32).to_le_bytes()),
+                DType::I64 => out.extend(((v(i) * 1e12) as i64).to_le_bytes()),
+                DType::Bool => out.push(u8::from((i + seed).is_multiple_of(3))),
+            }
+        }
+        out
+    }
+
+    /// Transposed reads computed in tiles (`JitOptions::tile_transposes`, `kernel/tile.rs`):
+    /// for every dtype, 2-D and batched, at sizes that are and are not whole tiles, a
+    /// transposed copy is `y^T` exactly and an add has the same bytes as without tiles, at
+    /// chunkings that start and end tiles anywhere, without writing past a buffer; f32 adds
+    /// are also checked against Rust's. Which kernels tile is checked in the IR: those whose
+    /// transposed operand steps a cache line or more along the row and whose last two dims
+    /// hold a tile (16, or 8 for 8-byte elements) transpose it with 64 (24) shuffles a tile.
+    #[test]
+    fn transposed_reads_in_tiles_give_the_same_bits() {
+        let dtypes = [
+            DType::F32,
+            DType::F64,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::I64,
+            DType::Bool,
+        ];
+        let shapes = [(16, 16), (37, 45), (20, 33), (64, 17), (8, 40), (70, 100)];
+        let tiled_options = JitOptions::default();
+        let untiled_options = JitOptions {
+            tile_transposes: false,
+            ..JitOptions::default()
+        };
+        let mut tiled_kernels = 0;
+        for d in dtypes {
+            let size = d.size_bytes();
+            let side = if size >= 8 { 8 } else { 16 };
+            for (m, n) in shapes {
+                for batch in [false, true] {
+                    let (ks, decls) = transpose_kernels(d, batch, m, n);
+                    let refs: Vec<&Kernel> = ks.iter().collect();
+                    let tiled = compile_program_kernels(&refs, &decls, &tiled_options).unwrap();
+                    let untiled = compile_program_kernels(&refs, &decls, &untiled_options).unwrap();
+                    let numel = decls[0].numel;
+                    let (x, y) = (transpose_input(d, numel, 0), transpose_input(d, numel, 7));
+                    for (k, kern) in ks.iter().enumerate() {
+                        let what = format!("{d} {} batch {batch} {m} x {n}", kern.name);
+                        let tiles = m * size >= 64 && m >= side && n >= side;
+                        let shuffles = if side == 16 { 64 } else { 24 };
+                        let count = |o: &JitOptions| {
+                            let ir = optimized_kernel_ir(kern, &decls, o).unwrap();
+                            function_ir(&ir, &format!("@{}(", kern.name))
+                                .lines()
+                                .map(str::trim_start)
+                                .filter(|l| l.starts_with("%tlo") || l.starts_with("%thi"))
+                                .filter(|l| l.contains(" = shufflevector "))
+                                .count()
+                        };
+                        // A multiple of one tile's: LLVM may unroll the loop over tiles.
+                        let got = count(&tiled_options);
+                        assert_eq!(got > 0, tiles, "{what}: {got} shuffles");
+                        assert_eq!(got % shuffles, 0, "{what}: {got} shuffles");
+                        assert_eq!(count(&untiled_options), 0, "{what}");
+                        tiled_kernels += usize::from(tiles);
+                        let out = kern.writes[0].0 as usize;
+                        let outputs = |c: &CompiledKernels, chunk: i64| {
+                            let mut bufs = Buffers::new(&decls);
+                            bufs.set(0, &x);
+                            bufs.set(1, &y);
+                            assert_eq!(run(c, k, kern, &mut bufs, chunk), 0, "{what}");
+                            assert!(bufs.red_zones_intact(), "{what}: wrote past a buffer");
+                            bufs.get::<u8>(out)
+                        };
+                        let want = outputs(&untiled, kernel_extent(kern).unwrap());
+                        if kern.name == "k_copy_t" {
+                            let planes = numel / (m * n);
+                            let mut copy = vec![0u8; numel * size];
+                            for (p, (i, j)) in (0..planes).flat_map(|p| {
+                                (0..m).flat_map(move |i| (0..n).map(move |j| (p, (i, j))))
+                            }) {
+                                let to = (p * m * n + i * n + j) * size;
+                                let from = (p * m * n + j * m + i) * size;
+                                copy[to..to + size].copy_from_slice(&y[from..from + size]);
+                            }
+                            assert!(want == copy, "{what}: the untiled copy is not y^T");
+                        } else if d == DType::F32 {
+                            let f = |b: &[u8], i: usize| {
+                                f32::from_le_bytes(b[4 * i..4 * i + 4].try_into().unwrap())
+                            };
+                            let planes = numel / (m * n);
+                            for p in 0..planes {
+                                for i in 0..m {
+                                    for j in 0..n {
+                                        let at = p * m * n + i * n + j;
+                                        let sum = f(&x, at) + f(&y, p * m * n + j * m + i);
+                                        assert_eq!(f(&want, at).to_bits(), sum.to_bits(), "{what}");
+                                    }
+                                }
+                            }
+                        }
+                        let extent = kernel_extent(kern).unwrap();
+                        let (n64, side64) = (n as i64, side as i64);
+                        for chunk in [
+                            1,
+                            5,
+                            n64 * side64 + 3,
+                            n64 * (side64 + 1) - 1,
+                            n64 * 40,
+                            extent,
+                        ] {
+                            let got = outputs(&tiled, chunk);
+                            assert!(got == want, "{what}: chunks of {chunk}: bytes differ");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(tiled_kernels > 20, "only {tiled_kernels} kernels tiled");
+    }
+
+    /// A kernel computing tiles does not stream its stores (its output rows are written a
+    /// tile's width at a time) and so has no plain-store twin; without tiles the same kernel
+    /// streams.
+    #[test]
+    fn kernels_with_tiles_do_not_stream() {
+        let (ks, decls) = transpose_kernels(DType::F32, false, 64, 64);
+        let with = |tile_transposes: bool| JitOptions {
+            nontemporal_min_bytes: Some(0),
+            tile_transposes,
+            ..JitOptions::default()
+        };
+        for k in &ks {
+            assert!(!has_plain_twin(
+                k,
+                &decls,
+                &[decls[2].id, decls[3].id],
+                &with(true)
+            ));
+            assert!(has_plain_twin(
+                k,
+                &decls,
+                &[decls[2].id, decls[3].id],
+                &with(false)
+            ));
+            let ir = optimized_kernel_ir(k, &decls, &avx512(&with(true))).unwrap();
+            assert!(!ir.contains("!nontemporal"), "{}", k.name);
+        }
+    }
 }

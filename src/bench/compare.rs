@@ -35,6 +35,8 @@ pub enum Knob {
     /// Linear layers of up to 128 rows on smelt's panel kernel, against up to
     /// [`PANEL_ROWS_BEFORE`] (the `gemm` crate above): [`Options::gemm_panel_max_rows`].
     GemmPanelRows,
+    /// Transposed reads in tiles ([`Options::no_tiled_transposes`]).
+    TiledTransposes,
 }
 
 /// The panel kernel's row limit before the seventeenth session, what
@@ -43,7 +45,7 @@ pub const PANEL_ROWS_BEFORE: usize = 64;
 
 impl Knob {
     /// Every knob, in the order the CLI lists them.
-    pub const ALL: [Knob; 9] = [
+    pub const ALL: [Knob; 10] = [
         Knob::StreamingStores,
         Knob::Prefetch,
         Knob::RowPrefetch,
@@ -53,6 +55,7 @@ impl Knob {
         Knob::InterleaveRows,
         Knob::InterleaveVectors,
         Knob::GemmPanelRows,
+        Knob::TiledTransposes,
     ];
 
     /// Whether the knob changes only how CPU kernels are generated (no effect on a GPU).
@@ -83,6 +86,7 @@ impl Knob {
                     Some(_) => None,
                 }
             }
+            Knob::TiledTransposes => o.no_tiled_transposes = !o.no_tiled_transposes,
         }
         o
     }
@@ -121,6 +125,10 @@ impl Knob {
                     .gemm_panel_max_rows
                     .unwrap_or(smelt_runtime::cpu::PANEL_MAX_ROWS)
             ),
+            Knob::TiledTransposes if options.no_tiled_transposes => {
+                "transposed reads by rows".into()
+            }
+            Knob::TiledTransposes => "transposed reads in tiles".into(),
         }
     }
 }
@@ -137,6 +145,7 @@ impl fmt::Display for Knob {
             Knob::InterleaveRows => "interleave-rows",
             Knob::InterleaveVectors => "interleave-vectors",
             Knob::GemmPanelRows => "gemm-panel-rows",
+            Knob::TiledTransposes => "tiled-transposes",
         })
     }
 }

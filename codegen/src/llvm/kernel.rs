@@ -64,6 +64,7 @@ mod reuse;
 mod scalar;
 mod scalef;
 mod stream;
+mod tile;
 
 pub use interleave::{interleaves, INTERLEAVE_MAX_BYTES, INTERLEAVE_MAX_ROW};
 
@@ -242,17 +243,38 @@ pub fn has_plain_twin(
     outputs: &[BufferId],
     options: &JitOptions,
 ) -> bool {
-    twinned(kernel, buffers, outputs, options.nontemporal_min_bytes)
+    twinned(
+        kernel,
+        buffers,
+        outputs,
+        options.nontemporal_min_bytes,
+        options.tile_transposes,
+    )
 }
 
-/// [`has_plain_twin`] under the streaming threshold `min_bytes`.
+/// [`has_plain_twin`] under the streaming threshold `min_bytes`, with transposed reads tiled
+/// or not.
 fn twinned(
     kernel: &Kernel,
     buffers: &[BufferDecl],
     outputs: &[BufferId],
     min_bytes: Option<u64>,
+    tile_transposes: bool,
 ) -> bool {
-    streams(kernel, buffers, min_bytes) && kernel.writes.iter().any(|w| outputs.contains(w))
+    streaming_stores(kernel, buffers, min_bytes, tile_transposes)
+        && kernel.writes.iter().any(|w| outputs.contains(w))
+}
+
+/// Whether `kernel`'s stores stream (see `stream`) under the threshold `min_bytes`: never in a
+/// kernel that computes tiles (see `tile`), whose output rows are written a tile's width at a
+/// time.
+fn streaming_stores(
+    kernel: &Kernel,
+    buffers: &[BufferDecl],
+    min_bytes: Option<u64>,
+    tile_transposes: bool,
+) -> bool {
+    streams(kernel, buffers, min_bytes) && !(tile_transposes && tile::tiles(kernel, buffers))
 }
 
 /// [`build_kernel`] of `kernel` as `name`, and of its plain-store twin where it has one (see
@@ -267,7 +289,13 @@ fn build_with_twin<'ctx>(
     options: &KernelOptions,
 ) -> Result<()> {
     build_kernel(ctx, module, kernel, buffers, name, options)?;
-    if twinned(kernel, buffers, outputs, options.nontemporal_min_bytes) {
+    if twinned(
+        kernel,
+        buffers,
+        outputs,
+        options.nontemporal_min_bytes,
+        options.tile_transposes,
+    ) {
         let plain = KernelOptions {
             nontemporal_min_bytes: None,
             ..*options
@@ -348,6 +376,8 @@ pub struct KernelOptions {
     /// The vectoriser's interleave count for store loops (`llvm.loop.interleave.count`;
     /// `None`: its own choice). See `JitOptions::interleave_vectors`.
     pub interleave_vectors: Option<u32>,
+    /// Elementwise kernels with transposed reads compute square tiles (see `tile`).
+    pub tile_transposes: bool,
 }
 
 impl KernelOptions {
@@ -364,6 +394,7 @@ impl KernelOptions {
             row_prefetch: options.row_prefetch,
             first_pass_prefetch: options.first_pass_prefetch,
             interleave_vectors: options.interleave_vectors,
+            tile_transposes: options.tile_transposes,
         })
     }
 }
@@ -448,7 +479,12 @@ pub fn build_kernel<'ctx>(
     call_args.push(param(entry_fn, 1)?.into());
     call_args.push(param(entry_fn, 2)?.into());
     b.build_call(body_fn, &call_args, "")?;
-    let streaming = streams(kernel, buffers, options.nontemporal_min_bytes);
+    let streaming = streaming_stores(
+        kernel,
+        buffers,
+        options.nontemporal_min_bytes,
+        options.tile_transposes,
+    );
     if streaming {
         entry_fn.add_attribute(
             AttributeLoc::Function,
@@ -521,10 +557,19 @@ pub fn build_kernel<'ctx>(
         nonpositive: reuse::nonpositive(kernel),
         tag_stage_loads: first_pass_listed,
         stage_index: 0,
+        tiling: None,
+        tile_ptrs: Vec::new(),
+        tile_at: None,
     };
     // Per-element scratch of values kept across stages (see `reuse`), in the entry block:
     // one row's, or two rows' when they are interleaved.
     (em.stash, em.reuse) = keep_scratch(&em, if em.interleave { 2 } else { 1 })?;
+    if options.tile_transposes && !em.interleave {
+        if let Some(tiling) = tile::tiling(kernel, buffers) {
+            em.tile_ptrs = em.tile_scratch(&tiling)?;
+            em.tiling = Some(tiling);
+        }
+    }
     let start = param(body_fn, n + 1)?.into_int_value();
     let end = param(body_fn, n + 2)?.into_int_value();
     em.outer_loops(start, end)?;
@@ -677,6 +722,12 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub tag_stage_loads: bool,
     /// The index in `kernel.stages` of the stage being emitted.
     pub stage_index: usize,
+    /// The transposed reads an elementwise kernel computes tiles for (see `tile`), if any.
+    pub tiling: Option<tile::Tiling>,
+    /// Their stack tiles, in the order of `tiling.reads`.
+    pub tile_ptrs: Vec<PointerValue<'ctx>>,
+    /// Inside a tile's body: its row and column variables, from 0.
+    pub tile_at: Option<(IntValue<'ctx>, IntValue<'ctx>)>,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
@@ -723,38 +774,142 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let end1 = self.b.build_int_sub(end, one, "end1")?;
         let row_end = self.b.build_int_signed_div(end1, d_last, "rowl")?;
         let row_end = self.b.build_int_add(row_end, one, "rowe")?;
+        if let Some(side) = self.tiling.as_ref().map(|t| t.side) {
+            return self.tiled_outer_loops(start, end, row0, row_end, side);
+        }
         self.counted_loop(row0, row_end, "row", |em, r| {
-            let base = em.b.build_int_nsw_mul(r, d_last, "base")?;
-            let mut prefix = vec![em.i64c(0); outer.len() - 1];
-            let mut rest = r;
-            for d in (0..outer.len() - 1).rev() {
-                let dim = em.i64c(outer[d] as i64);
-                prefix[d] = em.b.build_int_signed_rem(rest, dim, "o")?;
-                rest = em.b.build_int_signed_div(rest, dim, "r")?;
-            }
-            let lo = em.b.build_int_sub(start, base, "lo")?;
-            let neg =
-                em.b.build_int_compare(IntPredicate::SLT, lo, em.i64c(0), "neg")?;
-            let lo =
-                em.b.build_select(neg, em.i64c(0), lo, "j0")?
-                    .into_int_value();
-            let hi = em.b.build_int_sub(end, base, "hi")?;
-            let over =
-                em.b.build_int_compare(IntPredicate::SGT, hi, d_last, "over")?;
-            let hi = em.b.build_select(over, d_last, hi, "j1")?.into_int_value();
-            em.vars.clone_from(&prefix);
-            if em.interleave {
-                return em.interleaved_points(lo, hi, &prefix);
-            }
-            let target = elementwise
-                .then(|| contiguous_store(&em.kernel.stages, outer.len() - 1))
-                .flatten();
-            em.streaming_loop(lo, hi, last as u64, "j", target, &mut |em, j| {
-                em.vars.clone_from(&prefix);
-                em.vars.push(j);
-                em.point()
-            })
+            em.outer_row(r, start, end, elementwise)
         })
+    }
+
+    /// The outer indices of row `r` (a point of every outer dim but the last) that lie in
+    /// `start..end`, along the last outer dim; streaming stores where `elementwise` says so.
+    fn outer_row(
+        &mut self,
+        r: IntValue<'ctx>,
+        start: IntValue<'ctx>,
+        end: IntValue<'ctx>,
+        elementwise: bool,
+    ) -> Result<()> {
+        let outer = self.kernel.outer.clone();
+        let last = outer[outer.len() - 1];
+        let d_last = self.i64c(last as i64);
+        let base = self.b.build_int_nsw_mul(r, d_last, "base")?;
+        let prefix = self.row_prefix(r)?;
+        let lo = self.b.build_int_sub(start, base, "lo")?;
+        let neg = self
+            .b
+            .build_int_compare(IntPredicate::SLT, lo, self.i64c(0), "neg")?;
+        let lo = self
+            .b
+            .build_select(neg, self.i64c(0), lo, "j0")?
+            .into_int_value();
+        let hi = self.b.build_int_sub(end, base, "hi")?;
+        let over = self
+            .b
+            .build_int_compare(IntPredicate::SGT, hi, d_last, "over")?;
+        let hi = self
+            .b
+            .build_select(over, d_last, hi, "j1")?
+            .into_int_value();
+        self.vars.clone_from(&prefix);
+        if self.interleave {
+            return self.interleaved_points(lo, hi, &prefix);
+        }
+        let target = elementwise
+            .then(|| contiguous_store(&self.kernel.stages, outer.len() - 1))
+            .flatten();
+        self.streaming_loop(lo, hi, last as u64, "j", target, &mut |em, j| {
+            em.vars.clone_from(&prefix);
+            em.vars.push(j);
+            em.point()
+        })
+    }
+
+    /// The outer indices of row `r` but the last (see [`Emitter::outer_row`]).
+    fn row_prefix(&mut self, r: IntValue<'ctx>) -> Result<Vec<IntValue<'ctx>>> {
+        let outer = &self.kernel.outer;
+        let mut prefix = vec![self.i64c(0); outer.len() - 1];
+        let mut rest = r;
+        for d in (0..outer.len() - 1).rev() {
+            let dim = self.i64c(outer[d] as i64);
+            prefix[d] = self.b.build_int_signed_rem(rest, dim, "o")?;
+            rest = self.b.build_int_signed_div(rest, dim, "r")?;
+        }
+        Ok(prefix)
+    }
+
+    /// Rows `row0..row_end` of `start..end` in a kernel that computes tiles (see `tile`):
+    /// `side` rows at a time where they are whole rows of the range in one tile (the same
+    /// outer dims before the second-to-last, which has `side` points left), else one row.
+    fn tiled_outer_loops(
+        &mut self,
+        start: IntValue<'ctx>,
+        end: IntValue<'ctx>,
+        row0: IntValue<'ctx>,
+        row_end: IntValue<'ctx>,
+        side: u32,
+    ) -> Result<()> {
+        let outer = self.kernel.outer.clone();
+        let d_last = self.i64c(outer[outer.len() - 1] as i64);
+        let d_rows = self.i64c(outer[outer.len() - 2] as i64);
+        let side = self.i64c(i64::from(side));
+        let i64t = self.ctx.i64_type();
+        let pre = self.current_block()?;
+        let (head, body, exit) = (
+            self.block("trows"),
+            self.block("trows.body"),
+            self.block("trows.exit"),
+        );
+        self.b.build_unconditional_branch(head)?;
+        self.b.position_at_end(head);
+        let phi = self.b.build_phi(i64t, "r")?;
+        phi.add_incoming(&[(&row0, pre)]);
+        let r = phi.as_basic_value().into_int_value();
+        let more = self
+            .b
+            .build_int_compare(IntPredicate::SLT, r, row_end, "more")?;
+        self.b.build_conditional_branch(more, body, exit)?;
+        self.b.position_at_end(body);
+        let base = self.b.build_int_nsw_mul(r, d_last, "base")?;
+        let r_next = self.b.build_int_nsw_add(r, side, "rt")?;
+        let base_next = self.b.build_int_nsw_mul(r_next, d_last, "baset")?;
+        let p = self.b.build_int_signed_rem(r, d_rows, "p")?;
+        let p_next = self.b.build_int_nsw_add(p, side, "pt")?;
+        let from_start = self
+            .b
+            .build_int_compare(IntPredicate::SGE, base, start, "whole0")?;
+        let to_end = self
+            .b
+            .build_int_compare(IntPredicate::SLE, base_next, end, "whole1")?;
+        let in_dim = self
+            .b
+            .build_int_compare(IntPredicate::SLE, p_next, d_rows, "indim")?;
+        let whole = self.b.build_and(from_start, to_end, "whole")?;
+        let whole = self.b.build_and(whole, in_dim, "tile")?;
+        let (tiled, single, latch) = (
+            self.block("trows.tile"),
+            self.block("trows.row"),
+            self.block("trows.next"),
+        );
+        self.b.build_conditional_branch(whole, tiled, single)?;
+        self.b.position_at_end(tiled);
+        let prefix = self.row_prefix(r)?;
+        self.tiled_rows(&prefix)?;
+        let tiled_end = self.current_block()?;
+        self.b.build_unconditional_branch(latch)?;
+        self.b.position_at_end(single);
+        self.outer_row(r, start, end, false)?;
+        let r_one = self.b.build_int_nsw_add(r, self.i64c(1), "r1")?;
+        let single_end = self.current_block()?;
+        self.b.build_unconditional_branch(latch)?;
+        self.b.position_at_end(latch);
+        let next = self.b.build_phi(i64t, "rn")?;
+        next.add_incoming(&[(&r_next, tiled_end), (&r_one, single_end)]);
+        phi.add_incoming(&[(&next.as_basic_value(), latch)]);
+        self.b.build_unconditional_branch(head)?;
+        self.b.position_at_end(exit);
+        Ok(())
     }
 
     /// One outer index: every stage in order.

@@ -140,6 +140,12 @@ pub struct JitOptions {
     /// the same order either way, so values are unchanged, bit for bit. Default:
     /// `Some(`[`INTERLEAVE_VECTORS`]`)`.
     pub interleave_vectors: Option<u32>,
+    /// Elementwise kernels that read an operand across its rows (a transpose: stride 1 along
+    /// the second-to-last outer dim, a whole cache line or more along the last) compute
+    /// square tiles of rows and columns, the operand's part of each tile read row by row and
+    /// transposed in registers (`kernel/tile.rs`), instead of one element per cache line
+    /// along each output row. Values are unchanged, bit for bit. Default: on.
+    pub tile_transposes: bool,
 }
 
 impl Default for JitOptions {
@@ -154,6 +160,7 @@ impl Default for JitOptions {
             first_pass_prefetch: false,
             interleave_rows: true,
             interleave_vectors: Some(INTERLEAVE_VECTORS),
+            tile_transposes: true,
         }
     }
 }
@@ -187,6 +194,9 @@ impl fmt::Display for JitOptions {
         }
         if let Some(n) = self.interleave_vectors {
             write!(f, " vectors={n}")?;
+        }
+        if !self.tile_transposes {
+            write!(f, " tiles=off")?;
         }
         Ok(())
     }

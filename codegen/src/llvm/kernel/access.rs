@@ -97,6 +97,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let i64t = self.ctx.i64_type();
         match access {
             Access::Affine { offset, strides } => {
+                if let Some(p) = self.tile_address(buffer, access)? {
+                    return Ok((p, None, decl));
+                }
                 if let Some(p) = self.aligned_address(buffer, access)? {
                     return Ok((p, None, decl));
                 }

@@ -223,6 +223,7 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
     );
     let nontemporal = ctx.get_kind_id("nontemporal");
     let alias_scope = ctx.get_kind_id("alias.scope");
+    let tile_load = ctx.get_kind_id(super::tile::TILE_LOAD);
     let b = ctx.create_builder();
     for f in module.get_functions() {
         let own = f
@@ -269,7 +270,9 @@ pub(crate) fn insert_prefetches(module: &Module<'_>, distance: u32) -> Result<()
                 if write && inst.get_metadata(nontemporal).is_some() {
                     continue;
                 }
-                if from_stack(p) {
+                // A tile's load of a transposed operand (`tile.rs`): the line further along
+                // its row is used only many tiles later.
+                if from_stack(p) || inst.get_metadata(tile_load).is_some() {
                     continue;
                 }
                 b.position_before(&inst);
