@@ -21,6 +21,10 @@
 //! The `short-rows-<cols>` groups add a broadcast row to a 24 MiB tensor of rows of 16, 32 and
 //! 64 floats, fused on the CPU, with the default options and with plain stores only
 //! (`cargo bench --bench cases -- short-rows`).
+//!
+//! The `transpose-add-<shape>` groups add a transposed operand (`x + y.T`, and a batched
+//! `x + y.transpose(1, 2)`) fused on the CPU, with transposed reads in tiles and without, next
+//! to the same add with `y` not transposed (`cargo bench --bench cases -- transpose-add`).
 
 use criterion::measurement::WallTime;
 use criterion::{
@@ -272,8 +276,9 @@ fn bench_short_rows(c: &mut Criterion) {
 }
 
 /// `x + y.T` over 2048 x 3072 floats and, batched, `x + y.transpose(1, 2)` over 16 x 512 x
-/// 768, fused on the CPU: with transposed reads in tiles (the default), without, and, for
-/// reference, `x + y` with `y` not transposed.
+/// 768, fused on the CPU: with transposed reads in tiles (the default; `run_into`, and `run`
+/// with fresh outputs as `tiles-run`), without, and, for reference, `x + y` with `y` not
+/// transposed.
 fn bench_transpose_add(c: &mut Criterion) {
     let filter = filter();
     for dims in [[1, 2048, 3072], [16, 512, 768]] {
@@ -315,6 +320,13 @@ fn bench_transpose_add(c: &mut Criterion) {
                 no_tiled_transposes,
                 ..Options::default()
             };
+            if label == "tiles" {
+                // Fresh outputs, as PyTorch's `x + y.T` (eager or torch.compile) makes them.
+                let compiled = compile_with(&graph, options.clone()).expect("the case compiles");
+                group.bench_function("tiles-run", |b| {
+                    b.iter(|| compiled.run(&inputs).expect("the case runs"))
+                });
+            }
             time_run_into(&mut group, label, &graph, options, &inputs);
         }
         group.finish();
