@@ -374,6 +374,33 @@ struct EmitFlags {
     arch: String,
 }
 
+/// What the CPU code generator does with each kernel of `program` under `options` beyond
+/// plain loops (transposed reads in tiles, streaming stores, interleaved rows, row prefetch),
+/// one line per kernel that has any; nothing without the LLVM backend.
+fn cpu_notes(out: &mut String, program: &smelt_passes::kernel::Program, options: &Options) {
+    #[cfg(feature = "llvm")]
+    {
+        use smelt_codegen::llvm::kernel::{describe, output_ids};
+        let jit = options.jit_options();
+        let outputs = output_ids(program);
+        let lines: Vec<String> = program
+            .kernels()
+            .filter_map(|k| {
+                let notes = describe(k, &program.buffers, &outputs, &jit);
+                (!notes.is_empty()).then(|| format!("  {}: {}", k.name, notes.join("; ")))
+            })
+            .collect();
+        if !lines.is_empty() {
+            let _ = writeln!(out, "cpu code generation:");
+            for l in lines {
+                let _ = writeln!(out, "{l}");
+            }
+        }
+    }
+    #[cfg(not(feature = "llvm"))]
+    let _ = (out, program, options);
+}
+
 fn explain(
     out: &mut String,
     file: &Path,
@@ -433,6 +460,11 @@ fn explain(
     );
     let _ = write!(out, "{}", opt.plan);
     let _ = write!(out, "{}", opt.plan.explain_boundaries());
+    // The plan printed above, lowered (what `smelt::emit::lower` would optimise again).
+    let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan);
+    if let Ok(program) = &program {
+        cpu_notes(out, program, options);
+    }
     if let Some(path) = dot {
         std::fs::write(path, opt.plan.to_dot()).map_err(|e| smelt::Error::File {
             path: path.to_path_buf(),
@@ -443,8 +475,7 @@ fn explain(
     if emit.levels.is_empty() {
         return Ok(());
     }
-    // The plan printed above, lowered (what `smelt::emit::lower` would optimise again).
-    let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan)?;
+    let program = program?;
     if let Some(dir) = &emit.dir {
         std::fs::create_dir_all(dir).map_err(|e| smelt::Error::File {
             path: dir.clone(),

@@ -433,6 +433,51 @@ fn explain_shows_the_plan_bytes_and_stop_reasons() {
     );
 }
 
+/// `smelt explain` says what the CPU code generator does with each kernel beyond plain loops:
+/// an add of a transposed operand computes tiles; softmax over 65536 rows of 768 streams its
+/// stores and prefetches rows ahead; a small product with none of these gets no line.
+#[test]
+fn explain_says_how_cpu_kernels_are_generated() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.smelt");
+    std::fs::write(
+        &file,
+        "%x = input \"x\" : f32[64, 48]\n\
+         %y = input \"y\" : f32[48, 64]\n\
+         %t = permute %y perm=[1, 0] : f32[64, 48]\n\
+         %z = add %x, %t : f32[64, 48]\n\
+         output \"z\" = %z\n",
+    )
+    .unwrap();
+    let out = smelt(&["explain", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let wanted = "cpu code generation:\n  k0_elementwise_add: 16 x 16 tiles, %1 read transposed";
+    if cfg!(feature = "llvm") {
+        assert!(stdout.contains(wanted), "{stdout}");
+    }
+    let explain = |source: &str| {
+        std::fs::write(&file, source).unwrap();
+        text(&smelt(&["explain", file.to_str().unwrap()]).stdout)
+    };
+    let softmax = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/softmax.smelt"),
+    )
+    .unwrap()
+    .replace("f32[4, 10]", "f32[65536, 768]")
+    .replace("f32[4, 1]", "f32[65536, 1]");
+    let stdout = explain(&softmax);
+    if cfg!(feature = "llvm") {
+        let wanted = "streaming stores (plain stores into fresh outputs); prefetches 6144 bytes \
+                      ahead (2 rows)";
+        assert!(stdout.contains(wanted), "{stdout}");
+    }
+    let stdout =
+        explain("%x = input \"x\" : f32[4, 8]\n%y = mul %x, %x : f32[4, 8]\noutput \"y\" = %y\n");
+    assert!(stdout.contains("k0 elementwise"), "{stdout}");
+    assert!(!stdout.contains("cpu code generation"), "{stdout}");
+}
+
 #[test]
 fn explain_says_why_kernels_stay_apart() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mlp.smelt");

@@ -78,7 +78,7 @@ use stream::{contiguous_store, stores_walk_last_outer_dim, streams, AlignedStore
 
 use super::error::{LlvmError, Result};
 use super::jit::{assemble, compile, optimize, JitModule};
-use super::options::{JitOptions, MathMode};
+use super::options::{JitOptions, MathMode, ROW_PREFETCH_ROWS};
 use super::target::cpu_and_features;
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
@@ -263,6 +263,60 @@ fn twinned(
 ) -> bool {
     streaming_stores(kernel, buffers, min_bytes, tile_transposes)
         && kernel.writes.iter().any(|w| outputs.contains(w))
+}
+
+/// What the CPU code generator does with `kernel` under `options` beyond its plain loops, a
+/// few words per choice, for `smelt explain`: transposed reads in tiles (`tile`), streaming
+/// stores (`stream`, with the plain-store twin of [`has_plain_twin`] for a program returning
+/// `outputs`), two rows interleaved (`interleave`), row prefetch (`prefetch`). Buffers are
+/// named by the graph values they hold (`%12`). Empty for a kernel with none of them.
+pub fn describe(
+    kernel: &Kernel,
+    buffers: &[BufferDecl],
+    outputs: &[BufferId],
+    options: &JitOptions,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let name = |b: &BufferId| {
+        buffers
+            .get(b.0 as usize)
+            .map_or_else(|| format!("{b:?}"), |d| format!("%{}", d.value.index()))
+    };
+    if let Some(t) = options
+        .tile_transposes
+        .then(|| tile::tiling(kernel, buffers))
+        .flatten()
+    {
+        let mut read: Vec<String> = t.reads.iter().map(|(b, _)| name(b)).collect();
+        read.dedup();
+        notes.push(format!(
+            "{} x {} tiles, {} read transposed in registers",
+            t.side,
+            t.side,
+            read.join(", ")
+        ));
+    }
+    let (min, tiles) = (options.nontemporal_min_bytes, options.tile_transposes);
+    if twinned(kernel, buffers, outputs, min, tiles) {
+        notes.push("streaming stores (plain stores into fresh outputs)".into());
+    } else if streaming_stores(kernel, buffers, min, tiles) {
+        notes.push("streaming stores".into());
+    }
+    if options.interleave_rows && interleave::interleaves(kernel, buffers) {
+        notes.push("two rows at a time, interleaved".into());
+    }
+    if let Some(d) = options
+        .prefetch_bytes
+        .filter(|_| options.row_prefetch)
+        .and_then(|module| Some((module, row_distance(kernel, buffers)?)))
+        .filter(|(module, own)| own > module)
+        .map(|(_, own)| own)
+    {
+        notes.push(format!(
+            "prefetches {d} bytes ahead ({ROW_PREFETCH_ROWS} rows)"
+        ));
+    }
+    notes
 }
 
 /// Whether `kernel`'s stores stream (see `stream`) under the threshold `min_bytes`: never in a
