@@ -152,3 +152,50 @@ fn vectorised_kernels_use_16_byte_accesses_in_ptx() {
         );
     }
 }
+
+/// Elementwise kernels reading an operand transposed (`smelt_codegen::cuda::tiles`: 32 x 32
+/// tiles through shared memory) compile for both architectures in every dtype, and their PTX
+/// stages the operand in shared memory between barriers.
+#[test]
+fn transposed_reads_compile_to_shared_memory_tiles() {
+    use smelt_ir::DType;
+    use smelt_runtime::cuda::{KernelImage, OutputKind};
+    if nvrtc_or_skip("transposed_reads_compile_to_shared_memory_tiles").is_none() {
+        return;
+    }
+    for d in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I64,
+        DType::Bool,
+    ] {
+        let t = smelt_frontend::Tracer::new();
+        let y = t.input("y", d, [2, 70, 45]).unwrap();
+        let yt = y.permute(&[0, 2, 1]).unwrap();
+        let out = if d == DType::Bool {
+            yt
+        } else {
+            let x = t.input("x", d, [2, 45, 70]).unwrap();
+            x.add(&yt).unwrap()
+        };
+        t.output("y", &out).unwrap();
+        let graph = t.finish().unwrap();
+        let opt = smelt_passes::optimize(&graph, &Default::default()).unwrap();
+        let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan).unwrap();
+        let src = cuda_program_source(&program).source;
+        assert!(src.contains("tiles through shared memory"), "{d}:\n{src}");
+        compile_all(&format!("tiles_{d}"), &src);
+        let options = CompileOptions {
+            output: OutputKind::Ptx,
+            ..CompileOptions::default()
+        };
+        let k = compile_cuda(&src, "tiles.cu", "sm_90", &options).unwrap_or_else(|e| panic!("{e}"));
+        let KernelImage::Ptx(ptx) = k.image else {
+            panic!("asked for PTX")
+        };
+        assert!(ptx.contains(".shared"), "{d}: no shared memory in\n{ptx}");
+        assert!(ptx.contains("bar.sync"), "{d}: no barrier in\n{ptx}");
+    }
+}

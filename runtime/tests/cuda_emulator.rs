@@ -336,6 +336,62 @@ fn unaligned_views_match_the_interpreter_in_the_emulator() {
     assert_no_failures(ran, &failures);
 }
 
+/// Elementwise kernels reading an operand transposed compute 32 x 32 tiles through shared
+/// memory (`smelt_codegen::cuda::tiles`): an add of a transposed operand, a bare transposed
+/// copy and a rank-4 permute that moves the last axis, in f32, f16, bf16, f64, i32 and bool
+/// (copies only), at dims that are not multiples of 32 and on a grid of 3 blocks that loops
+/// over the tiles, against the interpreter; each kernel's CUDA C must say it uses tiles, so
+/// that a change of when tiles apply cannot leave this test idle.
+#[test]
+fn transposed_reads_in_shared_memory_tiles_match_the_interpreter_in_the_emulator() {
+    use smelt_frontend::Tracer;
+    if !compiler_or_skip("transposed_reads_in_shared_memory_tiles") {
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for d in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I32,
+        DType::Bool,
+    ] {
+        for (b, m, n) in [(1, 45, 70), (2, 33, 40), (1, 64, 32)] {
+            let t = Tracer::new();
+            let y = t.input("y", d, [b, n, m]).unwrap();
+            let yt = y.permute(&[0, 2, 1]).unwrap();
+            t.output("copy", &yt).unwrap();
+            if d != DType::Bool {
+                let x = t.input("x", d, [b, m, n]).unwrap();
+                t.output("sum", &x.add(&yt).unwrap()).unwrap();
+            }
+            let z = t.input("z", d, [b, n, 3, m]).unwrap();
+            t.output("heads", &z.permute(&[0, 2, 3, 1]).unwrap())
+                .unwrap();
+            let graph = t.finish().unwrap();
+            let what = format!("{d} [{b}, {m}, {n}]");
+            let opt = optimize(&graph, &PassOptions::default()).unwrap();
+            let program = smelt_passes::kernel::lower(&opt.graph, &opt.plan).unwrap();
+            let cuda = smelt_codegen::cuda::cuda_program_source(&program);
+            let tiled = cuda
+                .source
+                .matches("x 32 tiles through shared memory")
+                .count();
+            if tiled != program.kernels().count() {
+                failures.push(format!("{what}: {tiled} tiled kernels:\n{}", cuda.source));
+                continue;
+            }
+            match check_traced(&what, &graph, m as u64, Some(3)) {
+                Ok(()) => ran += 1,
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    assert_no_failures(ran, &failures);
+}
+
 /// Row kernels on both sides of every threshold of `smelt_codegen::cuda`'s row strategies
 /// (thread per row up to 32, warp per row up to 1024 (one warp per block below 4096 rows, four
 /// from 4096), block per row above; registers up to 8 per thread, i.e. 4096, re-reads beyond;

@@ -3,7 +3,8 @@
 copy on GPU time, BENCHMARKS.md): times variants of the CUDA C smelt generates for them with
 CUDA events, beside a device-to-device copy of the same bytes, to tell arithmetic (tanhf),
 occupancy (registers, packs per thread, looping grids, launch bounds) and the permuted read
-apart. Prints each variant's registers per thread and resident blocks per multiprocessor where
+apart. Then `x + y.T` over 4096 x 4096 floats: smelt's 32 x 32 shared-memory tiles against
+the plain grid-stride kernel that reads `y` down its columns. Prints each variant's registers per thread and resident blocks per multiprocessor where
 the driver reports them.
 
 Needs only Python 3, the CUDA driver (libcuda.so.1) and NVRTC (libnvrtc.so.13 or .12), through
@@ -56,6 +57,25 @@ PERM = """%x = input "x" : f32[{b}, 128, 12, 64]
 %a = add %p, %z
 %y = permute %a perm=[0, 2, 1, 3]
 output "y" = %y
+"""
+
+TRANSPOSE = """%x = input "x" : f32[{n}, {n}]
+%y = input "y" : f32[{n}, {n}]
+%t = permute %y perm=[1, 0]
+%a = add %x, %t
+output "a" = %a
+"""
+# The plain grid-stride form of the transposed add, for comparison with smelt's tiles: each
+# thread one element, `y` read down its columns (what smelt generated before the tiles).
+NAIVE_TRANSPOSE = """extern "C" __global__ void __launch_bounds__(256) naive_transpose_add(
+    const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ a,
+    long long n) {{
+    for (long long f = blockIdx.x * (long long)blockDim.x + threadIdx.x; f < n;
+         f += (long long)gridDim.x * blockDim.x) {{
+        const int i = (int)(f / {n}), j = (int)(f % {n});
+        a[f] = __fadd_rn(x[f], y[j * {n} + i]);
+    }}
+}}
 """
 
 
@@ -307,6 +327,24 @@ def main():
     v(f"permute-add, looping grid {resident}, __launch_bounds__(256, 8)", edit(src, bounds(8)),
       min(grid, resident))
     v("permute-add, looping grid 528", src, min(grid, 528))
+    for d in (x, z, y):
+        cu.cuMemFree_v2(d)
+
+    # x + y.T: smelt's 32 x 32 shared-memory tiles against the plain grid-stride kernel.
+    side = 4096 // min(o.scale, 32)
+    m = side * side
+    src, kernel, u, grid = generate(o.smelt, TRANSPOSE.format(n=side))
+    xs, ys = floats(m), floats(m)[::-1]
+    x, y, a = alloc(4 * m, xs), alloc(4 * m, ys), alloc(4 * m)
+    args, nb = (x, y, a, m), 12 * m
+    copy_us = copy_reference(nb, it)
+    xh, yh = array.array("f", xs), array.array("f", ys)
+    want = [xh[f] + yh[f % side * side + f // side] for f in range(4096)]
+    v = lambda label, s, k, g, w=want: variant(label, s, k, g, args, nb, copy_us, it, w)
+    v(f"transpose-add {side}x{side} as generated (tiles)", src, kernel, grid)
+    naive = NAIVE_TRANSPOSE.format(n=side)
+    v(f"transpose-add {side}x{side}, plain kernel (y down its columns)", naive,
+      "naive_transpose_add", min(m // 256, 65535))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ pub(super) fn emit(cx: &mut Ctx, stage: &Stage, out: &mut String) -> (LaunchConf
         out.push_str("    // empty index space: nothing to do\n");
         return (LaunchConfig::threads(0, BLOCK, 1), "elementwise".into());
     }
+    if let Some(reads) = super::tiles::tiled_reads(cx) {
+        return super::tiles::emit(cx, stage, &reads, out);
+    }
     let width = vector_width(cx, stage, &outer);
     let mut per_thread = 1;
     if width > 1 {

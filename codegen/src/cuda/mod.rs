@@ -29,7 +29,8 @@
 //!
 //! - Elementwise kernels (one store stage, no inner dims): [`elementwise`] — grid-stride
 //!   loop, 16-byte vector accesses when aligned and contiguous (see its doc for the alignment
-//!   assumption: buffers 16-byte aligned).
+//!   assumption: buffers 16-byte aligned); with an operand read transposed, [`tiles`] — 32 x 32
+//!   tiles through shared memory.
 //! - Everything else: [`rows`] — one thread per outer index for short rows, one block per outer
 //!   index with a deterministic shuffle + shared-memory tree otherwise, rows cached in registers
 //!   up to 4096 elements.
@@ -58,6 +59,7 @@ mod ctx;
 pub mod elementwise;
 mod prelude;
 pub mod rows;
+pub mod tiles;
 
 use ctx::Ctx;
 use smelt_ir::DType;

@@ -33,7 +33,7 @@ use crate::llvm::options::JitOptions;
 use inkwell::types::BasicType;
 use inkwell::values::{BasicValue, IntValue, PointerValue, VectorValue};
 use inkwell::AddressSpace;
-use smelt_passes::kernel::{Access, BufferDecl, BufferId, InstOp, Kernel, StageEffect};
+use smelt_passes::kernel::{Access, BufferDecl, BufferId, Kernel};
 
 /// The metadata kind marking a tile's loads of a transposed operand (see the module docs).
 pub(crate) const TILE_LOAD: &str = "smelt.tile.load";
@@ -97,54 +97,22 @@ pub(crate) fn tiles(kernel: &Kernel, buffers: &[BufferDecl]) -> bool {
     tiling(kernel, buffers).is_some()
 }
 
-/// The tiling of `kernel`, if it computes tiles: an elementwise kernel (every stage stores,
-/// none has inner dims) of at least two outer dims, every store of which walks the last one
-/// contiguously, that loads at least one operand transposed (stride 1 along the
-/// second-to-last outer dim and at least [`LINE`] bytes along the last), and whose last two
-/// outer dims hold at least one whole tile.
+/// The tiling of `kernel`, if it computes tiles: an elementwise kernel that loads at least one
+/// operand transposed, a cache line ([`LINE`]) or more along the last outer dim
+/// (`crate::transposed::transposed_reads`), and whose last two outer dims hold at least one
+/// whole tile.
 pub(crate) fn tiling(kernel: &Kernel, buffers: &[BufferDecl]) -> Option<Tiling> {
-    let n = kernel.outer.len();
-    if n < 2 {
-        return None;
-    }
-    let (last, rows) = (n - 1, n - 2);
-    let mut reads: Vec<(BufferId, Access)> = Vec::new();
-    let mut size = 1;
-    for stage in &kernel.stages {
-        let StageEffect::Store(stores) = &stage.effect else {
-            return None;
-        };
-        if !stage.inner.is_empty() {
-            return None;
-        }
-        let contiguous = stores.iter().all(|st| {
-            matches!(&st.access, Access::Affine { strides, .. } if strides.get(last) == Some(&1))
-        });
-        if !contiguous {
-            return None;
-        }
-        for inst in &stage.body {
-            let InstOp::Load { buffer, access } = &inst.op else {
-                continue;
-            };
-            let Access::Affine { strides, .. } = access else {
-                continue;
-            };
-            let bytes = buffers.get(buffer.0 as usize)?.dtype.size_bytes();
-            let step = strides[last];
-            if strides[rows] == 1
-                && step > 0
-                && (step as u64).saturating_mul(bytes as u64) >= LINE
-                && !reads.iter().any(|(b, a)| b == buffer && a == access)
-            {
-                reads.push((*buffer, access.clone()));
-                size = size.max(bytes);
-            }
-        }
-    }
+    let dtype = |b: BufferId| buffers.get(b.0 as usize).map(|d| d.dtype);
+    let reads = crate::transposed::transposed_reads(kernel, dtype, LINE)?;
+    let size = reads
+        .iter()
+        .filter_map(|(b, _)| dtype(*b))
+        .map(|d| d.size_bytes())
+        .max()?;
     let side = side(size);
+    let n = kernel.outer.len();
     let holds = |d: usize| kernel.outer[d] >= side as usize;
-    (!reads.is_empty() && holds(last) && holds(rows)).then_some(Tiling { side, reads })
+    (holds(n - 1) && holds(n - 2)).then_some(Tiling { side, reads })
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
