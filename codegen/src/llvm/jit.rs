@@ -23,7 +23,9 @@
 //!    picked its variants;
 //! 5. the optimised IR is printed (kept for snapshots and debugging);
 //! 6. the same target machine (JIT code model) writes the module as an object file, and the
-//!    module and its context are freed;
+//!    module and its context are freed; LLVM's remarks and warnings (a loop hint the
+//!    vectoriser could not follow) are dropped, not printed, and an error it reported is an
+//!    [`LlvmError::Jit`] (`diagnostics.rs`);
 //! 7. ORC's LLJIT links the object and every defined external function's address is resolved.
 //!
 //! Floating-point semantics are strict: no fast-math flags are added and the back end fuses
@@ -31,6 +33,7 @@
 //! round twice, as in Rust. Float reductions therefore vectorise only across independent
 //! outputs, never by reassociating one sum.
 
+use super::diagnostics::Diagnostics;
 use super::error::{LlvmError, Result};
 use super::options::{JitOptions, OptLevel};
 use super::orc::Loaded;
@@ -224,13 +227,16 @@ fn optimize_impl<F>(
 where
     F: for<'ctx> FnOnce(&'ctx Context, &Module<'ctx>) -> Result<()>,
 {
+    let diagnostics = Diagnostics::default();
     let context = Context::create();
+    diagnostics.install(&context);
     let module = context.create_module(name);
     build(&context, &module)?;
     let (cpu, features) = cpu_and_features(&options.target)?;
     let machine = target_machine(&cpu, &features, options.opt_level)?;
     let ir = prepare(&module, name, options, &machine, &cpu, &features)?;
     if !assembly {
+        diagnostics.check(name)?;
         return Ok((ir, None));
     }
     let buffer = machine
@@ -239,6 +245,7 @@ where
             module: name.to_string(),
             message: e.to_string(),
         })?;
+    diagnostics.check(name)?;
     Ok((
         ir,
         Some(String::from_utf8_lossy(buffer.as_slice()).into_owned()),
@@ -262,7 +269,9 @@ fn compile_impl(
     let (cpu, features) = cpu_and_features(&options.target)?;
     let machine = target_machine(&cpu, &features, options.opt_level)?;
     let (ir, object, functions) = {
+        let diagnostics = Diagnostics::default();
         let context = Context::create();
+        diagnostics.install(&context);
         let module = make_module(&context)?;
         let ir = prepare(&module, name, options, &machine, &cpu, &features)?;
         let functions: Vec<String> = defined_functions(&module)
@@ -277,6 +286,7 @@ fn compile_impl(
             })?
             .as_slice()
             .to_vec();
+        diagnostics.check(name)?;
         // The module and its context are freed here: the object file is all that is loaded.
         (ir, object, functions)
     };

@@ -37,6 +37,8 @@ pub use options::{
 #[cfg(feature = "llvm")]
 pub mod demo;
 #[cfg(feature = "llvm")]
+mod diagnostics;
+#[cfg(feature = "llvm")]
 mod jit;
 #[cfg(feature = "llvm")]
 pub mod kernel;

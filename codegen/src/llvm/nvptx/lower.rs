@@ -2,6 +2,7 @@
 //! rewrites, libdevice, the pipeline and PTX emission.
 
 use super::{launch_for, NvptxIr, NvptxOptions, PtxEntry, PtxModule, BLOCK, STATUS_SYMBOL};
+use crate::llvm::diagnostics::Diagnostics;
 use crate::llvm::error::{LlvmError, Result};
 use crate::llvm::kernel::{build_kernel, kernel_extent, KernelOptions};
 use crate::llvm::options::{MathMode, OptLevel};
@@ -497,7 +498,9 @@ pub(super) fn ptx(
     options: &NvptxOptions,
 ) -> Result<PtxModule> {
     let machine = machine(target, options.opt_level)?;
+    let diagnostics = Diagnostics::default();
     let ctx = Context::create();
+    diagnostics.install(&ctx);
     let built = build(&ctx, kernels, names, buffers, &machine, options.math)?;
     let mut math = Math {
         ctx: &ctx,
@@ -531,6 +534,7 @@ pub(super) fn ptx(
     let ptx = String::from_utf8_lossy(buffer.as_slice())
         .trim_end_matches('\0')
         .to_string();
+    diagnostics.check("smelt_ptx")?;
     Ok(PtxModule {
         ptx,
         entries: built.entries,
@@ -548,7 +552,9 @@ pub(super) fn ir(
     options: &NvptxOptions,
 ) -> Result<NvptxIr> {
     let machine = machine(target, options.opt_level)?;
+    let diagnostics = Diagnostics::default();
     let ctx = Context::create();
+    diagnostics.install(&ctx);
     let built = build(&ctx, kernels, names, buffers, &machine, options.math)?;
     let before = built.module.print_to_string().to_string();
     let mut math = Math {
@@ -557,6 +563,7 @@ pub(super) fn ir(
         lib: None,
     };
     rewrite(&built, &mut math)?;
+    diagnostics.check("smelt_ptx")?;
     Ok(NvptxIr {
         built: before,
         rewritten: built.module.print_to_string().to_string(),
