@@ -27,7 +27,7 @@
 //! own row, leave them alone: here that line is used only some thousand tiles later. A
 //! kernel that tiles does not stream its stores (`streaming_stores` in `kernel.rs`).
 
-use super::{reduce, Emitter, Hint, LoopHints};
+use super::{reduce, Emitter, Hint, LoopHints, LANE_LOOP};
 use crate::llvm::error::Result;
 #[allow(unused_imports)] // named by the module docs
 use crate::llvm::options::JitOptions;
@@ -44,19 +44,12 @@ pub(crate) const TILE_LOAD: &str = "smelt.tile.load";
 const LINE: u64 = 64;
 
 /// Loop hints for a tile's column loop: one vector of `side` lanes, which then runs once and
-/// is unrolled away (as a split reduction's lane loop, `LANE_LOOP` in `kernel.rs`). Before
-/// vectorising, the column loop must stay a loop: fully unrolled, it left the row loop
-/// innermost, and the vectoriser widened that one, into gathers and scatters down the
-/// tile's columns.
+/// is unrolled away. For 16 lanes these are a split reduction's lane-loop hints
+/// ([`LANE_LOOP`]). Before vectorising, the column loop must stay a loop: fully unrolled, it
+/// left the row loop innermost, and the vectoriser widened that one, into gathers and
+/// scatters down the tile's columns.
 fn col_hints(side: u32) -> LoopHints {
-    const COL_16: LoopHints = &[
-        ("llvm.loop.vectorize.enable", Hint::Bool(true)),
-        ("llvm.loop.vectorize.width", Hint::Int(16)),
-        (
-            "llvm.loop.vectorize.followup_vectorized",
-            Hint::Followup("llvm.loop.unroll.full"),
-        ),
-    ];
+    const _: () = assert!(reduce::LANES == 16, "LANE_LOOP must be 16 lanes wide");
     const COL_8: LoopHints = &[
         ("llvm.loop.vectorize.enable", Hint::Bool(true)),
         ("llvm.loop.vectorize.width", Hint::Int(8)),
@@ -68,7 +61,7 @@ fn col_hints(side: u32) -> LoopHints {
     if side == 8 {
         COL_8
     } else {
-        COL_16
+        LANE_LOOP
     }
 }
 
