@@ -68,13 +68,14 @@ mod tile;
 
 pub use interleave::{interleaves, INTERLEAVE_MAX_BYTES, INTERLEAVE_MAX_ROW};
 
+use crate::transposed::stores_walk_last_outer_dim;
 use access::check_affine_bounds;
 pub(crate) use prefetch::insert_prefetches;
 use prefetch::{first_pass_loads, row_distance, FIRST_PASS_ATTR, PREFETCH_ATTR};
 pub(crate) use scalef::inline_after_vectorizing;
 pub use scalef::Scalef;
 pub(crate) use stream::mark_streaming_stores;
-use stream::{contiguous_store, stores_walk_last_outer_dim, streams, AlignedStore, STREAMING_ATTR};
+use stream::{contiguous_store, streams, AlignedStore, STREAMING_ATTR};
 
 use super::error::{LlvmError, Result};
 use super::jit::{assemble, compile, optimize, JitModule};

@@ -98,7 +98,7 @@ fn stream_runs<'k>(
             .map_or(0, |d| d.dtype.size_bytes() as u64)
     };
     let outer = kernel.outer.len();
-    let whole = stores_walk_last_outer_dim(kernel)
+    let whole = crate::transposed::stores_walk_last_outer_dim(kernel)
         .then(|| {
             let last = *kernel.outer.last()? as u64;
             let (b, _) = contiguous_store(&kernel.stages, outer.checked_sub(1)?)?;
@@ -111,15 +111,6 @@ fn stream_runs<'k>(
         Some(last.saturating_mul(size(b)))
     });
     whole.into_iter().chain(rows)
-}
-
-/// Whether `kernel` is elementwise (every stage a store with no inner dims), so that its
-/// stores walk its last outer dim, the loop that may stream.
-pub(crate) fn stores_walk_last_outer_dim(kernel: &Kernel) -> bool {
-    kernel
-        .stages
-        .iter()
-        .all(|s| s.inner.is_empty() && matches!(s.effect, StageEffect::Store(_)))
 }
 
 /// The main loop's aligned pointer into one buffer (see [`Emitter::streaming_loop`]).
