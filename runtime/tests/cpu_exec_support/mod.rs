@@ -589,10 +589,7 @@ fn f32_accumulation_may_overflow(
 ) -> bool {
     let bound = || -> Option<bool> {
         // The graph, then one output per f32 accumulation of the cone: its bound, in f64.
-        let mut g = Graph::new();
-        for k in 0..graph.len() {
-            g.push(graph.node(NodeId(k as u32)).op.clone()).ok()?;
-        }
+        let mut g = nodes_of(graph)?;
         let scalar = |g: &mut Graph, v: f64| {
             g.constant(HostTensor::scalar(TensorData::F64(vec![v])).ok()?)
                 .ok()
@@ -655,6 +652,16 @@ fn f32_accumulation_may_overflow(
     bound() == Some(true)
 }
 
+/// A graph of `graph`'s nodes, with the same ids, and none of its outputs: to add outputs of
+/// its own to and evaluate.
+fn nodes_of(graph: &Graph) -> Option<Graph> {
+    let mut g = Graph::new();
+    for k in 0..graph.len() {
+        g.push(graph.node(NodeId(k as u32)).op.clone()).ok()?;
+    }
+    Some(g)
+}
+
 /// Whether `got`, the device's value of output `out`, is `want` within `atol + rtol·|want|`
 /// plus, element by element, the error bound of summing in any order, where `out` is itself a
 /// float sum, mean or matmul: `2·n·u·Σ|terms|` (`Σ|terms|/n` for a mean), `n` terms each, `u`
@@ -677,10 +684,7 @@ fn within_summation_bound(
         if !dtype.is_float() {
             return None;
         }
-        let mut g = Graph::new();
-        for k in 0..graph.len() {
-            g.push(graph.node(NodeId(k as u32)).op.clone()).ok()?;
-        }
+        let mut g = nodes_of(graph)?;
         let abs64 = |g: &mut Graph, x: NodeId| -> Option<NodeId> {
             let x = g.cast(x, DType::F64).ok()?;
             g.unary(smelt_ir::UnaryOp::Abs, x).ok()
