@@ -35,7 +35,7 @@ pub mod emit;
 pub mod io;
 pub mod models;
 
-pub use smelt_codegen::llvm::MathMode;
+pub use smelt_codegen::llvm::{MathMode, RowPrefetch};
 pub use smelt_frontend as frontend;
 pub use smelt_ir as ir;
 pub use smelt_ir::Signature;
@@ -103,11 +103,13 @@ pub struct Options {
     /// ([`smelt_codegen::llvm::JitOptions::prefetch_bytes`]), which lets kernels that compute
     /// much per element overlap their memory traffic with their arithmetic.
     pub no_prefetch: bool,
-    /// On the CPU: row kernels (softmax, layer_norm, …) prefetch at the module's distance
-    /// instead of two rows ahead ([`smelt_codegen::llvm::JitOptions::row_prefetch`], on by
-    /// default, which keeps memory busy while a row in cache is computed). Values are the
-    /// same either way.
-    pub no_row_prefetch: bool,
+    /// On the CPU: how row kernels (softmax, layer_norm, …) over data out of cache prefetch:
+    /// two rows ahead, which keeps memory busy while a row in cache is computed
+    /// ([`RowPrefetch::Rows`]), at the module's distance like other kernels
+    /// ([`RowPrefetch::Module`]), or not at all ([`RowPrefetch::Off`]). The default,
+    /// [`RowPrefetch::Auto`], picks by CPU, as measured: `Off` on AMD Zen, `Rows` elsewhere
+    /// ([`smelt_codegen::llvm::JitOptions::row_prefetch`]). Values are the same either way.
+    pub row_prefetch: RowPrefetch,
     /// On the CPU: row kernels whose later pass computes a transcendental op (softmax's `exp`)
     /// also prefetch in their first pass, as before the thirtieth session
     /// ([`smelt_codegen::llvm::JitOptions::first_pass_prefetch`]; by default the later pass
@@ -180,7 +182,7 @@ impl Options {
             } else {
                 defaults.prefetch_bytes
             },
-            row_prefetch: !self.no_row_prefetch,
+            row_prefetch: self.row_prefetch,
             first_pass_prefetch: self.first_pass_prefetch,
             nontemporal_min_bytes: if self.no_streaming_stores {
                 None
@@ -196,6 +198,14 @@ impl Options {
             tile_transposes: !self.no_tiled_transposes,
             ..defaults
         }
+    }
+
+    /// What [`Options::row_prefetch`] stands for on this machine's CPU (`Auto` resolved by
+    /// [`RowPrefetch::for_cpu`]; `Auto` itself where the host CPU is unknown, as in a build
+    /// without LLVM).
+    pub fn host_row_prefetch(&self) -> RowPrefetch {
+        smelt_codegen::llvm::host_target()
+            .map_or(self.row_prefetch, |h| self.row_prefetch.for_cpu(&h.cpu))
     }
 }
 

@@ -147,9 +147,13 @@ enum Command {
         /// 2 KiB ahead), to measure what prefetching buys.
         #[arg(long)]
         no_prefetch: bool,
-        /// CPU row kernels (softmax, layer_norm, …) prefetch 2 KiB ahead like the others
-        /// instead of two rows ahead, to measure what prefetching whole rows buys.
-        #[arg(long)]
+        /// How CPU row kernels (softmax, layer_norm, …) over data out of cache prefetch:
+        /// auto (by CPU: off on AMD Zen, rows elsewhere), rows (two rows ahead), module
+        /// (2 KiB ahead like the other kernels) or off.
+        #[arg(long, value_name = "MODE", default_value = "auto")]
+        row_prefetch: smelt::RowPrefetch,
+        /// Short for --row-prefetch module.
+        #[arg(long, conflicts_with = "row_prefetch")]
         no_row_prefetch: bool,
         /// CPU kernels with plain stores only (by default those whose outputs are all at least
         /// 16 MiB write them with streaming stores, which skip reading each line first), to
@@ -272,6 +276,7 @@ fn main() -> ExitCode {
             min_time_ms,
             libm_math,
             no_prefetch,
+            row_prefetch,
             no_row_prefetch,
             no_streaming_stores,
             no_interleave_rows,
@@ -302,7 +307,11 @@ fn main() -> ExitCode {
                     command: std::env::args().collect::<Vec<_>>().join(" "),
                     math: math_mode(libm_math),
                     no_prefetch,
-                    no_row_prefetch,
+                    row_prefetch: if no_row_prefetch {
+                        smelt::RowPrefetch::Module
+                    } else {
+                        row_prefetch
+                    },
                     no_streaming_stores,
                     no_interleave_rows,
                     no_interleave_vectors,

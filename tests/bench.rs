@@ -205,11 +205,17 @@ fn cli_writes_json_and_chart() {
         stdout.contains("streaming stores: in kernels whose outputs are all >= 16 MiB"),
         "{stdout}"
     );
-    assert_eq!(report["row_prefetch"], true);
-    assert!(
-        stdout.contains("software prefetch: 2048 bytes ahead, row kernels two rows ahead"),
-        "{stdout}"
-    );
+    // The default row prefetch goes by the CPU (`RowPrefetch::for_cpu`).
+    let rows = smelt::Options::default().host_row_prefetch();
+    assert_eq!(report["row_prefetch"], rows.to_string());
+    let said = match rows {
+        smelt::RowPrefetch::Rows => {
+            "software prefetch: 2048 bytes ahead, row kernels two rows ahead"
+        }
+        smelt::RowPrefetch::Off => "software prefetch: 2048 bytes ahead, row kernels none",
+        other => panic!("the default row prefetch resolved to {other}"),
+    };
+    assert!(stdout.contains(said), "{stdout}");
     // The tool's global allocator is `LargeAligned`: large tensors start on cache lines.
     let align = report["tensor_alignment"].as_u64().unwrap();
     assert!(align >= 64 && align.is_power_of_two(), "{report}");
@@ -348,12 +354,69 @@ fn cli_libm_math_no_prefetch_and_no_streaming_stores_are_recorded() {
     );
     assert!(report["streaming_stores_min_bytes"].is_null(), "{report}");
     assert!(stdout.contains("streaming stores: off"), "{stdout}");
-    assert_eq!(report["row_prefetch"], false);
+    assert_eq!(report["row_prefetch"], "module");
     if cfg!(target_os = "linux") {
         assert_eq!(report["huge_pages"]["asked"], false, "{report}");
         assert!(stdout.contains("smelt does not ask for them"), "{stdout}");
     }
     assert_eq!(report["cases"].as_array().unwrap().len(), 1);
+}
+
+/// `--row-prefetch MODE` is recorded in the output and the JSON as given (`auto`, the
+/// default, as the CPU resolves it, see `cli_writes_json_and_chart`), conflicts with
+/// `--no-row-prefetch`, and an unknown mode is refused with the ones there are.
+#[test]
+fn cli_row_prefetch_modes_are_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    for (mode, said) in [
+        (
+            "rows",
+            "software prefetch: 2048 bytes ahead, row kernels two rows ahead",
+        ),
+        ("module", "software prefetch: 2048 bytes ahead;"),
+        (
+            "off",
+            "software prefetch: 2048 bytes ahead, row kernels none",
+        ),
+    ] {
+        let out = smelt(&[
+            "bench",
+            "--quick",
+            "--no-stream",
+            "--case",
+            "softmax-1536",
+            "--row-prefetch",
+            mode,
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
+        assert!(stdout.contains(said), "{mode}: {stdout}");
+        let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(report["row_prefetch"], mode);
+    }
+    let out = smelt(&["bench", "--quick", "--row-prefetch", "sideways"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("sideways") && stderr.contains("auto, rows, module, off"),
+        "{stderr}"
+    );
+    let out = smelt(&[
+        "bench",
+        "--quick",
+        "--row-prefetch",
+        "rows",
+        "--no-row-prefetch",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot be used with"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -179,7 +179,7 @@ fn packed_linear_weights_match_the_reference() {
     }
 }
 
-/// The CPU code-generation options (`no_prefetch`, `no_row_prefetch`, `first_pass_prefetch`,
+/// The CPU code-generation options (`no_prefetch`, `row_prefetch`, `first_pass_prefetch`,
 /// `no_streaming_stores`, `no_interleave_vectors`) reach the JIT and
 /// change no value: the same graph (a bias, a GELU and a softmax over a 16 MiB tensor, the
 /// only output, so that streaming applies; the bias bound after compilation, which
@@ -190,7 +190,7 @@ fn packed_linear_weights_match_the_reference() {
 fn cpu_codegen_options_change_no_value() {
     use smelt::frontend::Tracer;
     use smelt::ir::DType;
-    use smelt::{compile_with, Device, Options};
+    use smelt::{compile_with, Device, Options, RowPrefetch};
     let (rows, cols) = (4096, 1024);
     let t = Tracer::new();
     let x = t.input("x", DType::F32, [rows, cols]).unwrap();
@@ -211,11 +211,11 @@ fn cpu_codegen_options_change_no_value() {
     )]);
     let b = (0..cols).map(|i| i as f32 / cols as f32 - 0.5).collect();
     let params = HashMap::from([("b".to_string(), HostTensor::from_f32([cols], b).unwrap())]);
-    let run = |no_prefetch: bool, no_row_prefetch: bool, first: bool, plain: bool, own: bool| {
+    let run = |no_prefetch: bool, row: RowPrefetch, first: bool, plain: bool, own: bool| {
         let options = Options {
             device: Device::Cpu,
             no_prefetch,
-            no_row_prefetch,
+            row_prefetch: row,
             first_pass_prefetch: first,
             no_streaming_stores: plain,
             no_interleave_vectors: own,
@@ -223,7 +223,7 @@ fn cpu_codegen_options_change_no_value() {
         };
         let jit = options.jit_options();
         assert_eq!(jit.prefetch_bytes.is_none(), no_prefetch);
-        assert_eq!(jit.row_prefetch, !no_row_prefetch);
+        assert_eq!(jit.row_prefetch, row);
         assert_eq!(jit.first_pass_prefetch, first);
         assert_eq!(jit.nontemporal_min_bytes.is_none(), plain);
         assert_eq!(jit.interleave_vectors.is_none(), own);
@@ -234,25 +234,28 @@ fn cpu_codegen_options_change_no_value() {
         compiled.run_into(&inputs, &mut into).unwrap();
         (fresh, into.remove(0))
     };
-    let (want, _) = run(false, false, false, true, false);
+    use RowPrefetch::{Auto, Module, Off, Rows};
+    let (want, _) = run(false, Auto, false, true, false);
     let want = want.get("p").unwrap().clone();
-    for (no_prefetch, no_row_prefetch, first, plain, own) in [
-        (false, false, false, false, false),
-        (true, false, false, false, false),
-        (false, true, false, false, false),
-        (false, false, true, false, false),
-        (true, false, false, true, false),
-        (false, false, false, false, true),
-        (true, true, true, true, true),
+    for (no_prefetch, row, first, plain, own) in [
+        (false, Auto, false, false, false),
+        (true, Auto, false, false, false),
+        (false, Rows, false, false, false),
+        (false, Module, false, false, false),
+        (false, Off, false, false, false),
+        (false, Rows, true, false, false),
+        (true, Auto, false, true, false),
+        (false, Auto, false, false, true),
+        (true, Module, true, true, true),
     ] {
-        let (fresh, into) = run(no_prefetch, no_row_prefetch, first, plain, own);
+        let (fresh, into) = run(no_prefetch, row, first, plain, own);
         assert_eq!(fresh.iter().count(), 1);
         for (how, g) in [("run", fresh.get("p").unwrap()), ("run_into", &into)] {
             let same = (0..want.numel())
                 .all(|i| g.data().get_f64(i).to_bits() == want.data().get_f64(i).to_bits());
             assert!(
                 same,
-                "{how}: no_prefetch {no_prefetch}, no_row_prefetch {no_row_prefetch}, \
+                "{how}: no_prefetch {no_prefetch}, row_prefetch {row}, \
                  first_pass_prefetch {first}, plain stores {plain}, vectoriser's interleaving {own}"
             );
         }

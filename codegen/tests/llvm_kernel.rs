@@ -8,7 +8,7 @@ mod with_llvm {
         compile_program_kernels, has_plain_twin, kernel_extent, optimized_kernel_ir,
         program_listing, reduce_group, CompiledKernels,
     };
-    use smelt_codegen::llvm::{CpuTarget, JitOptions, MathMode};
+    use smelt_codegen::llvm::{CpuTarget, JitOptions, MathMode, RowPrefetch};
     use smelt_ir::{BinaryOp, DType, NodeId, Scalar, UnaryOp};
     use smelt_passes::kernel::*;
 
@@ -731,17 +731,22 @@ mod with_llvm {
     }
 
     /// Row kernels (a reduction, then passes over the row again) over more data than fits in
-    /// cache (above `INTERLEAVE_MAX_BYTES`) prefetch two rows ahead
-    /// (`JitOptions::row_prefetch`, on by default) where that is further than the module's
-    /// 2 KiB, at most 16 KiB; with it off, or over data in cache, 2 KiB ahead like every other
-    /// kernel. The values are the same bits either way, at every chunking.
+    /// cache (above `INTERLEAVE_MAX_BYTES`) prefetch two rows ahead under `RowPrefetch::Rows`
+    /// where that is further than the module's 2 KiB, at most 16 KiB; under `Module`, or over
+    /// data in cache, 2 KiB ahead like every other kernel; under `Off`, not at all out of cache
+    /// (2 KiB ahead in cache). The values are the same bits every way, at every chunking.
     #[test]
     fn row_kernels_prefetch_two_rows_ahead() {
-        assert!(JitOptions::default().row_prefetch);
-        let off = JitOptions {
-            row_prefetch: false,
+        assert_eq!(JitOptions::default().row_prefetch, RowPrefetch::Auto);
+        let with = |row_prefetch| JitOptions {
+            row_prefetch,
             ..JitOptions::default()
         };
+        let (rows_ahead, module, off) = (
+            with(RowPrefetch::Rows),
+            with(RowPrefetch::Module),
+            with(RowPrefetch::Off),
+        );
         // Rows of 100 floats: two are 800 bytes, less than the module's distance; of 768: two
         // are 6 KiB; of 5000: two are 40 000 bytes, capped. Enough rows for 5 MiB per
         // buffer, and for 768, 5 rows: in cache.
@@ -760,17 +765,27 @@ mod with_llvm {
                     .position(|k| has_reduction(k))
                     .expect("a row kernel");
                 let what = format!("{name} over {rows} rows of {cols}");
-                let with =
-                    compile_program_kernels(&ks, &program.buffers, &JitOptions::default()).unwrap();
-                let without = compile_program_kernels(&ks, &program.buffers, &off).unwrap();
+                let with = compile_program_kernels(&ks, &program.buffers, &rows_ahead).unwrap();
+                let without = compile_program_kernels(&ks, &program.buffers, &module).unwrap();
+                let none = compile_program_kernels(&ks, &program.buffers, &off).unwrap();
+                // Off leaves the prefetches out of row kernels out of cache only.
+                let off_wants = (rows == 5).then_some(2048);
                 if cfg!(target_arch = "x86_64") {
-                    for (compiled, want) in [(&with, distance), (&without, 2048)] {
+                    for (compiled, want) in [
+                        (&with, Some(distance)),
+                        (&without, Some(2048)),
+                        (&none, off_wants),
+                    ] {
                         let ir = compiled.module.optimized_ir();
                         let f = function_ir(ir, &format!("@{}(", compiled.entries[row]));
                         let aheads: Vec<&str> = f
                             .lines()
                             .filter(|l| l.contains("%pf.at") && l.contains("getelementptr"))
                             .collect();
+                        let Some(want) = want else {
+                            assert!(aheads.is_empty(), "{what}: prefetches under Off\n{f}");
+                            continue;
+                        };
                         assert!(!aheads.is_empty(), "{what}: no prefetch\n{f}");
                         let suffix = format!("i64 {want}");
                         assert!(
@@ -781,8 +796,37 @@ mod with_llvm {
                     }
                 }
                 same_bits_at_every_chunking(&program, ks[row], &with, &without, &what);
+                same_bits_at_every_chunking(&program, ks[row], &with, &none, &what);
             }
         }
+    }
+
+    /// `RowPrefetch::Auto` is `Off` on AMD's Zen CPUs (LLVM's `znver*` names) and `Rows`
+    /// elsewhere; the other choices stand for themselves; each prints and parses back.
+    #[test]
+    fn row_prefetch_goes_by_the_cpu() {
+        use RowPrefetch::{Auto, Module, Off, Rows};
+        for (cpu, want) in [
+            ("znver3", Off),
+            ("znver4", Off),
+            ("sapphirerapids", Rows),
+            ("skylake-avx512", Rows),
+            ("x86-64-v3", Rows),
+            ("", Rows),
+        ] {
+            assert_eq!(Auto.for_cpu(cpu), want, "{cpu:?}");
+            for fixed in [Rows, Module, Off] {
+                assert_eq!(fixed.for_cpu(cpu), fixed, "{cpu:?}");
+            }
+        }
+        for r in [Auto, Rows, Module, Off] {
+            assert_eq!(r.to_string().parse::<RowPrefetch>(), Ok(r));
+        }
+        let e = "sideways".parse::<RowPrefetch>().unwrap_err();
+        assert!(
+            e.contains("sideways") && e.contains("auto, rows, module, off"),
+            "{e}"
+        );
     }
 
     /// Where a later pass over the row computes a transcendental op (softmax's `exp`, and the

@@ -8,7 +8,7 @@
 
 use super::cases::{self, Case, Size};
 use super::run::{self, Budget, PlanTimes};
-use crate::{MathMode, Options, Result};
+use crate::{MathMode, Options, Result, RowPrefetch};
 use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
@@ -20,7 +20,8 @@ pub enum Knob {
     StreamingStores,
     /// Software prefetch ([`Options::no_prefetch`]).
     Prefetch,
-    /// Row kernels prefetching rows ahead ([`Options::no_row_prefetch`]).
+    /// How row kernels prefetch ([`Options::row_prefetch`]): this CPU's default against two
+    /// rows ahead, or, where the default is two rows ahead, against the module's distance.
     RowPrefetch,
     /// Row kernels prefetching in their first pass too ([`Options::first_pass_prefetch`]).
     FirstPassPrefetch,
@@ -69,7 +70,19 @@ impl Knob {
         match self {
             Knob::StreamingStores => o.no_streaming_stores = !o.no_streaming_stores,
             Knob::Prefetch => o.no_prefetch = !o.no_prefetch,
-            Knob::RowPrefetch => o.no_row_prefetch = !o.no_row_prefetch,
+            Knob::RowPrefetch => {
+                // This CPU's default against the alternative to it: two rows ahead against the
+                // module's distance where rows are the default, else against rows.
+                let default = Options::default().host_row_prefetch();
+                o.row_prefetch = if options.host_row_prefetch() == default {
+                    match default {
+                        RowPrefetch::Rows => RowPrefetch::Module,
+                        _ => RowPrefetch::Rows,
+                    }
+                } else {
+                    RowPrefetch::Auto
+                }
+            }
             Knob::FirstPassPrefetch => o.first_pass_prefetch = !o.first_pass_prefetch,
             Knob::LibmMath => {
                 o.math = match o.math {
@@ -100,16 +113,24 @@ impl Knob {
                 Some(n) => format!("prefetch {n} B"),
                 None => "no prefetch".into(),
             },
-            Knob::RowPrefetch => match options.jit_options() {
-                j if j.prefetch_bytes.is_none() => "no prefetch".into(),
-                j if j.row_prefetch => "row kernels two rows ahead".into(),
+            Knob::RowPrefetch => match options.host_row_prefetch() {
+                _ if options.no_prefetch => "no prefetch".into(),
+                RowPrefetch::Rows => "row kernels two rows ahead".into(),
+                RowPrefetch::Off => "row kernels without prefetch".into(),
                 _ => "row kernels 2 KiB ahead".into(),
             },
-            Knob::FirstPassPrefetch => match options.jit_options() {
-                j if j.prefetch_bytes.is_none() || !j.row_prefetch => "no row prefetch".into(),
-                j if j.first_pass_prefetch => "every pass prefetches".into(),
-                _ => "the exp pass prefetches".into(),
-            },
+            Knob::FirstPassPrefetch => {
+                let what = if options.first_pass_prefetch {
+                    "every pass prefetches"
+                } else {
+                    "the exp pass prefetches"
+                };
+                if options.no_prefetch || options.host_row_prefetch() != RowPrefetch::Rows {
+                    format!("{what} (but no row prefetch here)")
+                } else {
+                    what.into()
+                }
+            }
             Knob::LibmMath => format!("{} math", options.math),
             Knob::FastMath if options.fast_math => "fast-math".into(),
             Knob::FastMath => "strict math".into(),

@@ -47,9 +47,9 @@ pub struct BenchOptions {
     /// CPU kernels without software prefetch (`--no-prefetch`; see
     /// [`crate::Options::no_prefetch`]).
     pub no_prefetch: bool,
-    /// CPU row kernels prefetch at the module's distance, not rows ahead (`--no-row-prefetch`;
-    /// see [`crate::Options::no_row_prefetch`]).
-    pub no_row_prefetch: bool,
+    /// How CPU row kernels out of cache prefetch (`--row-prefetch`, `--no-row-prefetch`; see
+    /// [`crate::Options::row_prefetch`]).
+    pub row_prefetch: crate::RowPrefetch,
     /// CPU kernels use plain stores only (`--no-streaming-stores`; see
     /// [`crate::Options::no_streaming_stores`]).
     pub no_streaming_stores: bool,
@@ -105,9 +105,10 @@ pub struct Report {
     /// How far ahead CPU kernels' vector loops prefetch, in bytes; `None`: no software
     /// prefetch (`--no-prefetch`).
     pub prefetch_bytes: Option<u32>,
-    /// Whether CPU row kernels prefetch rows ahead (the default, when prefetch is on) or at
-    /// `prefetch_bytes` (`--no-row-prefetch`).
-    pub row_prefetch: bool,
+    /// How CPU row kernels over data out of cache prefetch, as resolved for this CPU
+    /// ([`crate::Options::host_row_prefetch`]): `rows` (two rows ahead), `module` (at
+    /// `prefetch_bytes`, `--no-row-prefetch`) or `off` (none, the default on AMD Zen).
+    pub row_prefetch: String,
     /// CPU kernels whose outputs are all at least this many bytes use streaming stores (16 MiB
     /// by default); `None`: none do (`--no-streaming-stores`).
     pub streaming_stores_min_bytes: Option<u64>,
@@ -268,7 +269,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         device,
         math: opts.math,
         no_prefetch: opts.no_prefetch,
-        no_row_prefetch: opts.no_row_prefetch,
+        row_prefetch: opts.row_prefetch,
         no_streaming_stores: opts.no_streaming_stores,
         no_interleave_rows: opts.no_interleave_rows,
         no_interleave_vectors: opts.no_interleave_vectors,
@@ -343,7 +344,7 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         quick: opts.quick,
         math: opts.math.to_string(),
         prefetch_bytes: jit.prefetch_bytes,
-        row_prefetch: jit.row_prefetch,
+        row_prefetch: compile_options.host_row_prefetch().to_string(),
         streaming_stores_min_bytes: jit.nontemporal_min_bytes,
         interleave_rows: jit.interleave_rows,
         interleave_vectors: jit.interleave_vectors,

@@ -36,9 +36,10 @@ pub fn tables(r: &Report) -> String {
         s,
         "cpu kernels' f32 exp/tanh/erf: {}; software prefetch: {}; row kernels: {}; store loops and split reductions: {}",
         r.math,
-        match (r.prefetch_bytes, r.row_prefetch) {
-            (Some(n), true) => format!("{n} bytes ahead, row kernels two rows ahead"),
-            (Some(n), false) => format!("{n} bytes ahead"),
+        match (r.prefetch_bytes, r.row_prefetch.as_str()) {
+            (Some(n), "rows") => format!("{n} bytes ahead, row kernels two rows ahead"),
+            (Some(n), "off") => format!("{n} bytes ahead, row kernels none"),
+            (Some(n), _) => format!("{n} bytes ahead"),
             (None, _) => "off".to_string(),
         },
         if r.interleave_rows {

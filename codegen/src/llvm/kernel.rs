@@ -71,7 +71,7 @@ pub use interleave::{interleaves, INTERLEAVE_MAX_BYTES, INTERLEAVE_MAX_ROW};
 use crate::transposed::stores_walk_last_outer_dim;
 use access::check_affine_bounds;
 pub(crate) use prefetch::insert_prefetches;
-use prefetch::{first_pass_loads, row_distance, FIRST_PASS_ATTR, PREFETCH_ATTR};
+use prefetch::{first_pass_loads, row_distance, FIRST_PASS_ATTR, NO_PREFETCH_ATTR, PREFETCH_ATTR};
 pub(crate) use scalef::inline_after_vectorizing;
 pub use scalef::Scalef;
 pub(crate) use stream::mark_streaming_stores;
@@ -79,7 +79,7 @@ use stream::{contiguous_store, streams, AlignedStore, STREAMING_ATTR};
 
 use super::error::{LlvmError, Result};
 use super::jit::{assemble, compile, optimize, JitModule};
-use super::options::{JitOptions, MathMode, ROW_PREFETCH_ROWS};
+use super::options::{JitOptions, MathMode, RowPrefetch, ROW_PREFETCH_ROWS};
 use super::target::cpu_and_features;
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
@@ -306,16 +306,22 @@ pub fn describe(
     if options.interleave_rows && interleave::interleaves(kernel, buffers) {
         notes.push("two rows at a time, interleaved".into());
     }
-    if let Some(d) = options
+    let rows = cpu_and_features(&options.target).map_or(RowPrefetch::Rows, |(cpu, _)| {
+        options.row_prefetch.for_cpu(&cpu)
+    });
+    if let Some((module, own)) = options
         .prefetch_bytes
-        .filter(|_| options.row_prefetch)
         .and_then(|module| Some((module, row_distance(kernel, buffers)?)))
-        .filter(|(module, own)| own > module)
-        .map(|(_, own)| own)
     {
-        notes.push(format!(
-            "prefetches {d} bytes ahead ({ROW_PREFETCH_ROWS} rows)"
-        ));
+        match rows {
+            RowPrefetch::Rows if own > module => notes.push(format!(
+                "prefetches {own} bytes ahead ({ROW_PREFETCH_ROWS} rows)"
+            )),
+            RowPrefetch::Off => {
+                notes.push("no software prefetch (rows left to the hardware prefetchers)".into())
+            }
+            _ => {}
+        }
     }
     notes
 }
@@ -422,9 +428,10 @@ pub struct KernelOptions {
     pub scalef: Scalef,
     /// Row kernels compute two rows at a time, stage by stage (see `interleaved_points`).
     pub interleave_rows: bool,
-    /// Row kernels prefetch whole rows ahead (see `prefetch::row_distance`); only marks the
-    /// kernel, the prefetches themselves are inserted after optimisation.
-    pub row_prefetch: bool,
+    /// How row kernels out of cache prefetch (`JitOptions::row_prefetch` for the target CPU,
+    /// see `prefetch::row_distance`; `Auto`, the default here, is taken as `Module`); only
+    /// marks the kernel, the prefetches themselves are inserted after optimisation.
+    pub row_prefetch: RowPrefetch,
     /// Row kernels keep their first pass's prefetches where a later pass computes a
     /// transcendental op (`JitOptions::first_pass_prefetch`; see `prefetch::first_pass_loads`).
     pub first_pass_prefetch: bool,
@@ -440,13 +447,13 @@ impl KernelOptions {
     /// and streaming threshold, whether row kernels interleave rows, and the `vscalefps`
     /// forms of its target CPU.
     pub fn for_jit(options: &JitOptions) -> Result<KernelOptions> {
-        let (_, features) = cpu_and_features(&options.target)?;
+        let (cpu, features) = cpu_and_features(&options.target)?;
         Ok(KernelOptions {
             math: options.math,
             nontemporal_min_bytes: options.nontemporal_min_bytes,
             scalef: Scalef::for_features(&features),
             interleave_rows: options.interleave_rows,
-            row_prefetch: options.row_prefetch,
+            row_prefetch: options.row_prefetch.for_cpu(&cpu),
             first_pass_prefetch: options.first_pass_prefetch,
             interleave_vectors: options.interleave_vectors,
             tile_transposes: options.tile_transposes,
@@ -560,11 +567,14 @@ pub fn build_kernel<'ctx>(
     // Whether the kernel lists its first stage's buffers (see `prefetch`), so that its later
     // stages' loads must say which they are.
     let mut first_pass_listed = false;
-    if let Some(distance) = options
-        .row_prefetch
-        .then(|| row_distance(kernel, buffers))
-        .flatten()
-    {
+    let row = row_distance(kernel, buffers);
+    if row.is_some() && options.row_prefetch == RowPrefetch::Off {
+        entry_fn.add_attribute(
+            AttributeLoc::Function,
+            ctx.create_string_attribute(NO_PREFETCH_ATTR, ""),
+        );
+    }
+    if let Some(distance) = row.filter(|_| options.row_prefetch == RowPrefetch::Rows) {
         entry_fn.add_attribute(
             AttributeLoc::Function,
             ctx.create_string_attribute(PREFETCH_ATTR, &distance.to_string()),

@@ -30,7 +30,7 @@ mod options;
 
 pub use error::{LlvmError, Result};
 pub use options::{
-    CpuTarget, HostTarget, JitOptions, MathMode, OptLevel, INTERLEAVE_VECTORS,
+    CpuTarget, HostTarget, JitOptions, MathMode, OptLevel, RowPrefetch, INTERLEAVE_VECTORS,
     NONTEMPORAL_MIN_BYTES, PREFETCH_BYTES, ROW_PREFETCH_MAX_BYTES, ROW_PREFETCH_ROWS,
 };
 

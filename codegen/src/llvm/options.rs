@@ -81,6 +81,77 @@ pub const ROW_PREFETCH_ROWS: u32 = 2;
 /// this are revisited from L2, not memory, by the passes after the first.
 pub const ROW_PREFETCH_MAX_BYTES: u32 = 16 << 10;
 
+/// How row kernels (a reduction stage, then passes that read the row again: softmax,
+/// layer_norm) whose data does not fit in cache prefetch ([`JitOptions::row_prefetch`]). The
+/// prefetches carry no data: values are the same bits under every choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RowPrefetch {
+    /// By the target CPU ([`RowPrefetch::for_cpu`]): [`RowPrefetch::Off`] on AMD Zen,
+    /// [`RowPrefetch::Rows`] elsewhere.
+    #[default]
+    Auto,
+    /// [`ROW_PREFETCH_ROWS`] rows ahead where that is further than
+    /// [`JitOptions::prefetch_bytes`] (at most [`ROW_PREFETCH_MAX_BYTES`]): while a row is
+    /// computed, its loads and stores request the next rows' lines, so memory stays busy
+    /// during the passes over a row already in cache (`kernel/prefetch.rs`). Measured better
+    /// on the Intel host: add + layer_norm over 65536 x 768 3–5% and softmax 11–12% faster
+    /// than [`RowPrefetch::Module`] (BENCHMARKS.md).
+    Rows,
+    /// [`JitOptions::prefetch_bytes`] ahead, like every other kernel.
+    Module,
+    /// No software prefetch in row kernels: the hardware prefetchers alone fetch the rows.
+    /// Measured better on the AMD EPYC (Zen 4) host, where add + layer_norm over 65536 x 768
+    /// ran about 1.4x as fast as with rows ahead and softmax 0–15% faster (BENCHMARKS.md).
+    Off,
+}
+
+impl RowPrefetch {
+    /// What [`RowPrefetch::Auto`] stands for on the CPU LLVM calls `cpu` (the host's
+    /// `TargetMachine::get_host_cpu_name`, e.g. `znver3`, `sapphirerapids`): `Off` on AMD's
+    /// Zen family (`znver*`; measured on Zen 4, which LLVM 14 names `znver3`), `Rows`
+    /// elsewhere. Any other value stands for itself.
+    pub fn for_cpu(self, cpu: &str) -> RowPrefetch {
+        match self {
+            RowPrefetch::Auto if cpu.starts_with("znver") => RowPrefetch::Off,
+            RowPrefetch::Auto => RowPrefetch::Rows,
+            other => other,
+        }
+    }
+
+    /// The names [`fmt::Display`] writes and [`std::str::FromStr`] reads.
+    pub const NAMES: [&'static str; 4] = ["auto", "rows", "module", "off"];
+}
+
+impl fmt::Display for RowPrefetch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RowPrefetch::Auto => "auto",
+            RowPrefetch::Rows => "rows",
+            RowPrefetch::Module => "module",
+            RowPrefetch::Off => "off",
+        })
+    }
+}
+
+impl std::str::FromStr for RowPrefetch {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<RowPrefetch, String> {
+        Ok(match s {
+            "auto" => RowPrefetch::Auto,
+            "rows" => RowPrefetch::Rows,
+            "module" => RowPrefetch::Module,
+            "off" => RowPrefetch::Off,
+            _ => {
+                return Err(format!(
+                    "unknown row prefetch {s:?}: expected one of {}",
+                    RowPrefetch::NAMES.join(", ")
+                ))
+            }
+        })
+    }
+}
+
 /// The default [`JitOptions::interleave_vectors`].
 pub const INTERLEAVE_VECTORS: u32 = 4;
 
@@ -108,13 +179,12 @@ pub struct JitOptions {
     /// arithmetic of kernels that compute much per element. Values are unchanged either
     /// way. `None`: no software prefetch. Default: `Some(`[`PREFETCH_BYTES`]`)`.
     pub prefetch_bytes: Option<u32>,
-    /// With software prefetch on, a row kernel (a reduction stage and the passes that read
-    /// its row again, e.g. softmax, layer_norm) prefetches [`ROW_PREFETCH_ROWS`] rows ahead
-    /// instead of `prefetch_bytes` when that is further (at most [`ROW_PREFETCH_MAX_BYTES`]):
-    /// while it computes a row, its loads and stores request the next rows' lines, so memory
-    /// stays busy during the passes over a row already in cache (`kernel/prefetch.rs`).
-    /// Values are unchanged either way. Default: on.
-    pub row_prefetch: bool,
+    /// With software prefetch on, how a row kernel (a reduction stage and the passes that
+    /// read its row again, e.g. softmax, layer_norm) whose data does not fit in cache
+    /// prefetches: rows ahead, like other kernels, or not at all (see [`RowPrefetch`] and
+    /// `kernel/prefetch.rs`). Values are unchanged either way. Default:
+    /// [`RowPrefetch::Auto`], by the target CPU.
+    pub row_prefetch: RowPrefetch,
     /// With row prefetch, a row kernel whose later stage computes a transcendental op
     /// (softmax's `exp`) still prefetches in its first pass (the max), as before the thirtieth
     /// session. By default it does not: the later, arithmetic-heavy pass alone requests the
@@ -156,7 +226,7 @@ impl Default for JitOptions {
             math: MathMode::default(),
             nontemporal_min_bytes: Some(NONTEMPORAL_MIN_BYTES),
             prefetch_bytes: Some(PREFETCH_BYTES),
-            row_prefetch: true,
+            row_prefetch: RowPrefetch::Auto,
             first_pass_prefetch: false,
             interleave_rows: true,
             interleave_vectors: Some(INTERLEAVE_VECTORS),
@@ -183,8 +253,8 @@ impl fmt::Display for JitOptions {
             Some(n) => write!(f, " prefetch={n}")?,
             None => write!(f, " prefetch=off")?,
         }
-        if !self.row_prefetch {
-            write!(f, " row-prefetch=off")?;
+        if self.row_prefetch != RowPrefetch::Auto {
+            write!(f, " row-prefetch={}", self.row_prefetch)?;
         }
         if self.first_pass_prefetch {
             write!(f, " first-pass-prefetch")?;
