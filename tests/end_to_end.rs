@@ -352,7 +352,8 @@ fn gemm_panel_rows_choose_the_kernel_of_a_linear_layer() {
 /// them off): `x + y.T` in f32, a batched `x + y.transpose(1, 2)` in f16 and bf16, and a bare
 /// transposed copy, traced, compiled for the CPU and run with fresh and preallocated outputs,
 /// give the reference interpreter's values bit for bit, with tiles and without, at sizes that
-/// are not whole tiles and large enough to be cut into chunks for several threads.
+/// are not whole tiles and large enough to be cut into chunks for several threads, one of
+/// them out of cache (above 4 MiB).
 #[test]
 fn transposed_reads_match_the_interpreter() {
     use smelt::frontend::Tracer;
@@ -378,6 +379,7 @@ fn transposed_reads_match_the_interpreter() {
         (DType::F32, 1, 301, 203),
         (DType::F16, 3, 70, 130),
         (DType::BF16, 2, 48, 100),
+        (DType::F32, 1, 1030, 1100),
     ] {
         let t = Tracer::new();
         let x = t.input("x", d, [b, m, n]).unwrap();
