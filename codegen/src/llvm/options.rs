@@ -101,7 +101,8 @@ pub enum RowPrefetch {
     Module,
     /// No software prefetch in row kernels: the hardware prefetchers alone fetch the rows.
     /// Measured better on the AMD EPYC (Zen 4) host, where add + layer_norm over 65536 x 768
-    /// ran about 1.4x as fast as with rows ahead and softmax 0–15% faster (BENCHMARKS.md).
+    /// ran 1.17x–1.38x as fast as with rows ahead and softmax up to 12% faster, side by side
+    /// (BENCHMARKS.md).
     Off,
 }
 
