@@ -306,9 +306,9 @@ pub fn describe(
     if options.interleave_rows && interleave::interleaves(kernel, buffers) {
         notes.push("two rows at a time, interleaved".into());
     }
-    let rows = cpu_and_features(&options.target).map_or(RowPrefetch::Rows, |(cpu, _)| {
-        options.row_prefetch.for_cpu(&cpu)
-    });
+    // The row prefetch `build_kernel` gets (resolved for the target CPU); a target that does
+    // not resolve builds no kernel, and gets no note.
+    let rows = KernelOptions::for_jit(options).map_or(RowPrefetch::Module, |k| k.row_prefetch);
     if let Some((module, own)) = options
         .prefetch_bytes
         .and_then(|module| Some((module, row_distance(kernel, buffers)?)))
