@@ -893,6 +893,49 @@ mod with_llvm {
         }
     }
 
+    /// On an AVX2 CPU, whose widest vectors are half a line, a streaming main loop's 32-byte
+    /// stores stream, in pairs that fill each line: as many of them start a line (`align 64`)
+    /// as end one (`align 32`), and no other store streams (the masked head and tail, the
+    /// vectoriser's narrower remainder). Both kernels of [`streaming_pair`]. (Before, only
+    /// whole 64-byte vectors streamed, so on AVX2 nothing did, and this test failed.)
+    #[test]
+    fn avx2_streaming_stores_fill_whole_lines() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let (ks, decls) = streaming_pair(6, 203);
+        let options = JitOptions {
+            target: CpuTarget::Named {
+                cpu: "x86-64-v3".into(),
+                features: "+avx2,+fma".into(),
+            },
+            nontemporal_min_bytes: Some(0),
+            ..JitOptions::default()
+        };
+        for kern in &ks {
+            let ir = optimized_kernel_ir(kern, &decls, &options).unwrap();
+            let f = function_ir(&ir, &format!("@{}(", kern.name));
+            let streamed: Vec<&str> = f.lines().filter(|l| l.contains("!nontemporal")).collect();
+            assert!(
+                !streamed.is_empty(),
+                "{}: no streaming store in:\n{f}",
+                kern.name
+            );
+            for l in &streamed {
+                assert!(l.trim_start().starts_with("store <8 x float>"), "{l}");
+            }
+            let starts = streamed.iter().filter(|l| l.contains("align 64")).count();
+            let ends = streamed.iter().filter(|l| l.contains("align 32")).count();
+            assert_eq!(
+                starts + ends,
+                streamed.len(),
+                "{}: {streamed:#?}",
+                kern.name
+            );
+            assert_eq!(starts, ends, "{}: {streamed:#?}", kern.name);
+        }
+    }
+
     /// Rows of fewer than 64 floats (256 bytes, one group of four lines) cannot hold a whole
     /// group, so a streaming loop over them would only ever run its masked head and tail, which
     /// never stream: such kernels are generated as with streaming off, with no twin. From 64

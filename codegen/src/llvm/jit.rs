@@ -352,7 +352,9 @@ fn prepare(
             message: e.to_string(),
         })?;
     super::kernel::inline_after_vectorizing(module, machine)?;
-    super::kernel::mark_streaming_stores(module)?;
+    // AVX-512's vectors are a whole line; AVX2's half of one (`stream.rs`, step 3).
+    let widest_vector = if wide { 64 } else { 32 };
+    super::kernel::mark_streaming_stores(module, widest_vector)?;
     if let Some(distance) = options.prefetch_bytes {
         super::kernel::insert_prefetches(module, distance)?;
     }

@@ -164,9 +164,10 @@ pub struct JitOptions {
     pub math: MathMode,
     /// A kernel every buffer of which it writes is at least this many bytes, and one of whose
     /// store loops spans at least 256 bytes of its output (rows of 64 floats: shorter rows
-    /// hold no whole group of four lines to stream), stores whole aligned 64-byte vectors with
-    /// non-temporal (streaming) stores, which skip the read-for-ownership of each output cache
-    /// line. Values are unchanged either way. Such a
+    /// hold no whole group of four lines to stream), stores whole aligned 64-byte vectors (on
+    /// AVX2, its contiguous main loops' aligned 32-byte pairs) with non-temporal (streaming)
+    /// stores, which skip the read-for-ownership of each output cache line. Values are
+    /// unchanged either way. Such a
     /// kernel writing a program output also gets a twin with plain stores
     /// (`kernel::has_plain_twin`), which the runtime calls to write outputs into memory it has
     /// just allocated. `None`: never.

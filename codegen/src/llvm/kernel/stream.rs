@@ -28,8 +28,15 @@
 //!    function every store of a whole 64-byte vector aligned to 64 bytes (one cache line),
 //!    to memory other than the stack, gets `!nontemporal`; the back end then emits streaming
 //!    stores for them. Stores LLVM could not prove aligned stay plain stores: marking is never
-//!    wrong, only sometimes absent. Narrower vectors (the vectoriser's 32-byte epilogue) are
-//!    left plain: half-line streaming stores made a permute kernel 18x slower when measured.
+//!    wrong, only sometimes absent. On AVX-512, narrower vectors (the vectoriser's 32-byte
+//!    epilogue) are left plain: half-line streaming stores made a permute kernel 18x slower
+//!    when measured. On a target whose widest vectors are half a line (AVX2), the main loop's
+//!    32-byte stores stream too, and only they: they fill its lines in consecutive pairs, as
+//!    `memcpy`'s do, and are told apart by their address, derived from the main loop's
+//!    aligned pointer (`llvm.launder.invariant.group`, which nothing else calls). Until the
+//!    thirty-sixth session nothing streamed on AVX2, so the peeling cost something for
+//!    nothing; on the AMD EPYC (Zen 3) host, streaming then made add + layer_norm and
+//!    softmax over 65536 x 768 1.25–1.3x and permute-add 1.4x as fast (BENCHMARKS.md).
 //!
 //! Streaming is on by default for kernels writing at least 16 MiB
 //! (`JitOptions::nontemporal_min_bytes`): on the 2-core VM it was measured on, with row kernels
@@ -359,8 +366,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
 }
 
 /// Step 3 of the module docs: marks the streaming stores of every function carrying
-/// [`STREAMING_ATTR`] in `module` (optimised, with its data layout set).
-pub(crate) fn mark_streaming_stores(module: &Module<'_>) -> Result<()> {
+/// [`STREAMING_ATTR`] in `module` (optimised, with its data layout set), for a target whose
+/// widest vectors are `widest_vector` bytes.
+pub(crate) fn mark_streaming_stores(module: &Module<'_>, widest_vector: u64) -> Result<()> {
     let ctx = module.get_context();
     let layout = module.get_data_layout();
     let data = TargetData::create(layout.as_str().to_str().unwrap_or_default());
@@ -376,7 +384,7 @@ pub(crate) fn mark_streaming_stores(module: &Module<'_>) -> Result<()> {
             let mut next = bb.get_first_instruction();
             while let Some(inst) = next {
                 next = inst.get_next_instruction();
-                if whole_aligned_vector_store(&data, inst) && !to_stack(inst) {
+                if streaming_store(&data, inst, widest_vector) && !to_stack(inst) {
                     inst.set_metadata(node, kind)
                         .map_err(|e| crate::llvm::LlvmError::Build {
                             message: format!("marking a streaming store: {e}"),
@@ -388,8 +396,15 @@ pub(crate) fn mark_streaming_stores(module: &Module<'_>) -> Result<()> {
     Ok(())
 }
 
-/// A store of a vector of at least 64 bytes aligned to at least its size.
-fn whole_aligned_vector_store(data: &TargetData, inst: InstructionValue<'_>) -> bool {
+/// Whether `inst` may stream: a store of a vector aligned to at least its size, either of a
+/// whole line or more, or, on a target whose widest vectors are narrower (`widest_vector`,
+/// AVX2's 32 bytes), of a whole such vector into a main loop's aligned pointer
+/// ([`Emitter::streaming_loop`]). The main loop stores the buffer contiguously from a line
+/// boundary through whole groups of lines, so its consecutive half-line stores fill each
+/// line together, as `memcpy`'s do; a narrower store elsewhere (a transposed tile's row)
+/// may leave its line's other half for much later, which is what made half-line streaming
+/// stores 18x slower in a permute kernel.
+fn streaming_store(data: &TargetData, inst: InstructionValue<'_>, widest_vector: u64) -> bool {
     if inst.get_opcode() != InstructionOpcode::Store {
         return false;
     }
@@ -397,8 +412,12 @@ fn whole_aligned_vector_store(data: &TargetData, inst: InstructionValue<'_>) -> 
         return false;
     };
     let size = data.get_store_size(&v.get_type().as_basic_type_enum());
-    inst.get_alignment()
-        .is_ok_and(|a| size >= ALIGN && u64::from(a) >= size)
+    let aligned = inst.get_alignment().is_ok_and(|a| u64::from(a) >= size);
+    let main_loop = || match inst.get_operand(1) {
+        Some(Operand::Value(BasicValueEnum::PointerValue(p))) => from_laundered(p),
+        _ => false,
+    };
+    aligned && (size >= ALIGN || (widest_vector < ALIGN && size == widest_vector && main_loop()))
 }
 
 /// Whether a store's address is derived (through GEPs and casts) from a stack slot: scratch
@@ -412,21 +431,38 @@ fn to_stack(store: InstructionValue<'_>) -> bool {
 
 /// Whether an address is derived (through GEPs and casts) from a stack slot.
 pub(crate) fn from_stack(p: PointerValue<'_>) -> bool {
+    root(p).is_some_and(|i| i.get_opcode() == InstructionOpcode::Alloca)
+}
+
+/// Whether an address is derived (through GEPs and casts) from `llvm.launder.invariant.group`:
+/// the aligned pointer of a streaming main loop (see `Emitter::opaque`), the only place
+/// kernels call it.
+fn from_laundered(p: PointerValue<'_>) -> bool {
+    root(p)
+        .and_then(|i| inkwell::values::CallSiteValue::try_from(i).ok())
+        .and_then(|call| call.get_called_fn_value())
+        .is_some_and(|f| {
+            f.get_name()
+                .to_bytes()
+                .starts_with(b"llvm.launder.invariant.group")
+        })
+}
+
+/// The instruction an address is derived from through GEPs and casts (at most 32 of them), if
+/// it is one: a stack slot, a call, a load.
+fn root(p: PointerValue<'_>) -> Option<InstructionValue<'_>> {
     let mut p = Some(Operand::Value(p.into()));
     for _ in 0..32 {
         let Some(Operand::Value(v)) = p else {
-            return false;
+            return None;
         };
-        let Some(i) = v.as_instruction_value() else {
-            return false;
-        };
+        let i = v.as_instruction_value()?;
         match i.get_opcode() {
-            InstructionOpcode::Alloca => return true,
             InstructionOpcode::GetElementPtr | InstructionOpcode::BitCast => {
                 p = i.get_operand(0);
             }
-            _ => return false,
+            _ => return Some(i),
         }
     }
-    false
+    None
 }
