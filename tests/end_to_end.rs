@@ -179,6 +179,60 @@ fn packed_linear_weights_match_the_reference() {
     }
 }
 
+/// Softmax's `exp(x - max)` (whose argument is known to be `≤ 0`, so that on CPUs without
+/// AVX-512 its `2^q` scales by a fixed offset, kernel module `scalef`) gives the bits of `exp`
+/// of the same argument (which scales in two halves), subnormal results and the underflow to
+/// 0 included: in rows whose maximum is 0 and whose other elements are at most -25, the sum is
+/// 1.0 in f32, so each output is its `exp` unscaled. Rows of 259 run the vector loop and its
+/// masked remainder.
+#[test]
+fn softmax_exp_scales_as_exp_does() {
+    use smelt::frontend::Tracer;
+    use smelt::ir::DType;
+    let (rows, cols) = (40, 259);
+    let build = |softmax: bool| {
+        let t = Tracer::new();
+        let x = t.input("x", DType::F32, [rows, cols]).unwrap();
+        let y = if softmax {
+            x.softmax(-1).unwrap()
+        } else {
+            x.exp().unwrap()
+        };
+        t.output("y", &y).unwrap();
+        smelt::compile(&t.finish().unwrap()).unwrap()
+    };
+    // Row r, column c > 0: from -25 down to -104.5 (below exp's limit of -104), through the
+    // subnormal results (arguments below about -87.3), in steps that differ per row.
+    let x: Vec<f32> = (0..rows * cols)
+        .map(|i| {
+            let (r, c) = (i / cols, i % cols);
+            if c == 0 {
+                0.0
+            } else {
+                -25.0 - 79.5 * ((c * 37 + r * 11) % cols) as f32 / (cols - 1) as f32
+            }
+        })
+        .collect();
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        HostTensor::from_f32([rows, cols], x.clone()).unwrap(),
+    )]);
+    let soft = build(true).run(&inputs).unwrap();
+    let exp = build(false).run(&inputs).unwrap();
+    let (soft, exp) = (soft.get("y").unwrap(), exp.get("y").unwrap());
+    let (soft, exp) = (soft.to_f32_vec(), exp.to_f32_vec());
+    let mut subnormal = 0;
+    for (i, ((&s, &e), &xi)) in soft.iter().zip(&exp).zip(&x).enumerate() {
+        assert_eq!(
+            s.to_bits(),
+            e.to_bits(),
+            "element {i}: exp({xi:e}) = {e:e}, softmax {s:e}"
+        );
+        subnormal += usize::from(e != 0.0 && !e.is_normal());
+    }
+    assert!(subnormal > 100, "only {subnormal} subnormal results");
+}
+
 /// The CPU code-generation options (`no_prefetch`, `row_prefetch`, `first_pass_prefetch`,
 /// `no_streaming_stores`, `no_interleave_vectors`) reach the JIT and
 /// change no value: the same graph (a bias, a GELU and a softmax over a 16 MiB tensor, the

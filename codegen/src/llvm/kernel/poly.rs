@@ -31,12 +31,12 @@
 //! The errors in [`MathMode::Polynomial`]'s docs are measured by `codegen/tests/llvm_math.rs`
 //! against f64 math (a sampled sweep in CI, every f32 input in ignored tests).
 
-use super::scalef::pow2i;
+use super::scalef::{pow2i, ScaleRange};
 use super::Emitter;
 use crate::llvm::error::Result;
 #[allow(unused_imports)] // named by the module docs
 use crate::llvm::options::MathMode;
-use inkwell::values::FloatValue;
+use inkwell::values::{FloatValue, IntValue};
 use inkwell::FloatPredicate;
 
 /// `1/ln 2`.
@@ -192,28 +192,40 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// subtraction, where `vrndscaleps` is two micro-ops after a multiply), `s = x - q·ln2`
     /// (Cody–Waite, two-part `ln2`), `2^q·(1 + s·(1 + s·P(s)))`, the polynomial by Horner's
     /// rule.
-    fn exp_in_range(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+    /// `range` says what `q` may be beyond `|q| ≤ 150` (`scale_pow2`).
+    fn exp_in_range(&self, x: FloatValue<'ctx>, range: ScaleRange) -> Result<FloatValue<'ctx>> {
         let z = self.fmuladd(x, self.k32(LOG2E), self.k32(ROUNDER))?;
         let q = self.b.build_float_sub(z, self.k32(ROUNDER), "pe.q")?;
         let s = self.fmuladd(q, self.k32(-L2U), x)?;
         let s = self.fmuladd(q, self.k32(-L2L), s)?;
         let u = self.poly_eval(s, &EXP_FULL)?;
-        self.scale_pow2(u, q)
+        let qi = self.rounded_to_int(z)?;
+        self.scale_pow2(u, q, qi, range)
+    }
+
+    /// The integer `q` of a rounding sum `z = ROUNDER + q` (`|q| < 2^22`), from `z`'s bits:
+    /// `z` is `q` exactly, one integer step per unit. Some integer, no poison, for a NaN `z`.
+    fn rounded_to_int(&self, z: FloatValue<'ctx>) -> Result<IntValue<'ctx>> {
+        let i32t = self.ctx.i32_type();
+        let zi = self.b.build_bit_cast(z, i32t, "rq.zi")?.into_int_value();
+        let rounder = i32t.const_int(u64::from(ROUNDER.to_bits()), false);
+        Ok(self.b.build_int_sub(zi, rounder, "rq.qi")?)
     }
 
     /// `exp(x)` for an f32 `x` (see the module docs). NaN passes through the limits and every
     /// step after them as NaN (quieted, its payload kept).
     pub(crate) fn exp_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let xc = self.limit_keeping_nan(x, -EXP_CLAMP, EXP_CLAMP)?;
-        self.exp_in_range(xc)
+        self.exp_in_range(xc, ScaleRange::Any)
     }
 
     /// `exp(x)` for an f32 `x` known to be `≤ 0` or NaN (`reuse::nonpositive`): as
     /// [`Self::exp_poly`] without the upper limit, which could not change such an `x`: the
-    /// same bits, one `minps` fewer.
+    /// same bits, one `minps` fewer, and its `q ≤ 0` lets the generic `2^q` scale by a fixed
+    /// offset ([`ScaleRange::AtMost63`]).
     pub(crate) fn exp_poly_nonpositive(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
         let xc = self.at_least_keeping_nan(x, -EXP_CLAMP)?;
-        self.exp_in_range(xc)
+        self.exp_in_range(xc, ScaleRange::AtMost63)
     }
 
     /// `tanh(x)` for an f32 `x` (see the module docs): `E/(E + 2)` with `E = e^(2|x|) - 1`,
@@ -241,12 +253,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let z = self.fmuladd(a, self.k32(pow2(LOG2E, 1)), self.k32(ROUNDER))?;
         let q = b.build_float_sub(z, self.k32(ROUNDER), "pt.q")?;
         let h = self.fmuladd(q, self.k32(pow2(-LN2, -1)), a)?;
-        // `t = 2^q` from `z`'s bits: `z = ROUNDER + q` exactly, one integer step per unit.
-        let i32t = self.ctx.i32_type();
-        let zi = b.build_bit_cast(z, i32t, "pt.zi")?.into_int_value();
-        let rounder = i32t.const_int(u64::from(ROUNDER.to_bits()), false);
-        let qi = b.build_int_sub(zi, rounder, "pt.qi")?;
-        let t = pow2i(self.ctx, b, qi)?;
+        let t = pow2i(self.ctx, b, self.rounded_to_int(z)?)?;
         // `2P(2h)` by Estrin's scheme (its chain is three steps where Horner's is four).
         let n = EXPM1_P.len() as i32;
         let c: Vec<f32> = (0..n).map(|i| pow2(EXPM1_P[i as usize], n - i)).collect();
@@ -307,7 +314,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         // NaN takes the small branch (`ULT` is true when unordered), which keeps it.
         let ac = self.clamp_to(a, ERF_ONE, false)?;
         let q = self.poly_eval(ac, &ERF_Q)?;
-        let erfc = self.exp_in_range(q)?;
+        // `Q` is negative on `[ERF_SMALL, ERF_ONE]` and small below it (where `erf` takes the
+        // other branch): `ln erfc` falls from 0 at 0.
+        let erfc = self.exp_in_range(q, ScaleRange::AtMost63)?;
         let large = b.build_float_sub(self.k32(1.0), erfc, "pf.large")?;
         self.odd_by_magnitude(x, a, ERF_SMALL, small, large)
     }

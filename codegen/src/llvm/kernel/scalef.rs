@@ -1,7 +1,9 @@
 //! `u·2^q` for the f32 polynomials (`exp`, and `erf` through it; `tanh` builds its `2^q`
 //! from the rounding's exponent bits, exact for its `q ≤ 27`) on AVX-512: one
-//! `vscalefps` per vector instead of the nine instructions of the generic form (convert `q` to
-//! an integer, halve it, build two powers of two from exponent bits, two multiplies).
+//! `vscalefps` per vector instead of the eight instructions of the generic form (`q` as an
+//! integer from the rounding's bits, halve it, build two powers of two from exponent bits, two
+//! multiplies), or the four of its form for `q ≤ 63` (`exp` of an argument `≤ 0`, `erf`'s
+//! `erfc`: one power of two offset by `2^64`, two multiplies; [`ScaleRange`]).
 //!
 //! The kernel body is scalar IR that LLVM's loop vectoriser widens, and an x86 intrinsic in
 //! it would stop that. So the body calls `smelt.scalef.f32(u, q)`, a scalar function holding
@@ -100,9 +102,9 @@ pub(super) fn pow2i<'ctx>(
         .into_float_value())
 }
 
-/// The generic form: `u·2^q` for an integral f32 `|q| ≤ 150`, as `u·2^(q>>1)·2^(q - q>>1)`
-/// (each factor a normal number); NaN for a NaN `u` and `q` (`exp` of NaN), as `vscalefps`
-/// gives: a NaN `q` is taken as 0 (converting it to an integer would be poison).
+/// The generic form for a float `q` (the scalar function's): [`halves`] of `q` converted to
+/// an integer; NaN for a NaN `u` and `q` (`exp` of NaN), as `vscalefps` gives: a NaN `q` is
+/// taken as 0 (converting it to an integer would be poison).
 fn generic<'ctx>(
     ctx: &'ctx Context,
     b: &Builder<'ctx>,
@@ -114,10 +116,53 @@ fn generic<'ctx>(
     let zero = ctx.f32_type().const_zero();
     let q = b.build_select(nan, zero, q, "sc.q")?.into_float_value();
     let qi = b.build_float_to_signed_int(q, i32t, "sc.qi")?;
+    halves(ctx, b, u, qi)
+}
+
+/// `u·2^q` for an integer `|q| ≤ 150` as `u·2^(q>>1)·2^(q - q>>1)`: each factor a normal
+/// number, the first product exact, so the second rounds once, as `vscalefps` does.
+fn halves<'ctx>(
+    ctx: &'ctx Context,
+    b: &Builder<'ctx>,
+    u: FloatValue<'ctx>,
+    qi: IntValue<'ctx>,
+) -> Result<FloatValue<'ctx>> {
+    let i32t = ctx.i32_type();
     let q1 = b.build_right_shift(qi, i32t.const_int(1, false), true, "sc.q1")?;
     let q2 = b.build_int_sub(qi, q1, "sc.q2")?;
     let r = b.build_float_mul(u, pow2i(ctx, b, q1)?, "sc.r1")?;
     Ok(b.build_float_mul(r, pow2i(ctx, b, q2)?, "sc.r")?)
+}
+
+/// The offset [`offset`] scales by first: `2^OFFSET`, then `2^-OFFSET`.
+const OFFSET: i32 = 64;
+
+/// `u·2^q` for an integer `-150 ≤ q ≤ 63` (`127 - OFFSET`: `2^(q + OFFSET)` must be a normal
+/// f32) as `(u·2^(q + 64))·2^-64`: for `u` in
+/// `[0.5, 2]` the first product is a normal number, hence exact, so the second rounds once,
+/// as `vscalefps` does, subnormal results included. Two integer instructions and two
+/// multiplies, where [`halves`] takes five and two.
+fn offset<'ctx>(
+    ctx: &'ctx Context,
+    b: &Builder<'ctx>,
+    u: FloatValue<'ctx>,
+    qi: IntValue<'ctx>,
+) -> Result<FloatValue<'ctx>> {
+    let i32t = ctx.i32_type();
+    let up = b.build_int_add(qi, i32t.const_int(OFFSET as u64, false), "sc.qo")?;
+    let r = b.build_float_mul(u, pow2i(ctx, b, up)?, "sc.r1")?;
+    let down = f32::from_bits(((127 - OFFSET) as u32) << 23);
+    Ok(b.build_float_mul(r, ctx.f32_type().const_float(f64::from(down)), "sc.r")?)
+}
+
+/// What a `u·2^q` may assume of `q` besides `|q| ≤ 150` (`Emitter::scale_pow2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScaleRange {
+    /// Nothing more (`exp` of any argument).
+    Any,
+    /// `q ≤ 63` (`exp` of an argument `≤ 0`, `erf`'s `erfc`): the generic form
+    /// scales by a fixed offset ([`offset`]).
+    AtMost63,
 }
 
 fn enum_attr(ctx: &Context, name: &str) -> Attribute {
@@ -255,16 +300,23 @@ fn define_scalar<'ctx>(
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
-    /// `u·2^q` for an f32 `u` in `[0.5, 2]` and an integral f32 `|q| ≤ 150`, or NaN for a NaN
-    /// `u` and `q` (see the module docs).
+    /// `u·2^q` for an f32 `u` in `[0.5, 2]` and an integral f32 `|q| ≤ 150` within `range`,
+    /// `qi` being `q` as an i32 (any value where `q` is NaN), or NaN for a NaN `u` and `q` (see
+    /// the module docs). The generic form uses `qi` (an integer from the rounding's bits is one
+    /// instruction, converting `q` three with its NaN guard); `vscalefps` takes `q`.
     pub(crate) fn scale_pow2(
         &self,
         u: FloatValue<'ctx>,
         q: FloatValue<'ctx>,
+        qi: IntValue<'ctx>,
+        range: ScaleRange,
     ) -> Result<FloatValue<'ctx>> {
         let widths = self.scalef.widths();
         if widths.is_empty() {
-            return generic(self.ctx, &self.b, u, q);
+            return match range {
+                ScaleRange::Any => halves(self.ctx, &self.b, u, qi),
+                ScaleRange::AtMost63 => offset(self.ctx, &self.b, u, qi),
+            };
         }
         let f = define_scalar(self.ctx, self.module, widths)?;
         let call = self.b.build_call(f, &[u.into(), q.into()], "sc")?;
@@ -458,5 +510,38 @@ mod tests {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod offset_tests {
+    use super::OFFSET;
+
+    /// The largest `q` [`super::ScaleRange::AtMost63`] admits.
+    const OFFSET_MAX_Q: i32 = 127 - OFFSET;
+
+    /// `2^e` as an f32 for a normal exponent `e`.
+    fn pow2(e: i32) -> f32 {
+        f32::from_bits(((127 + e) as u32) << 23)
+    }
+
+    /// The arithmetic [`super::offset`] emits, in Rust: for every `q` it admits and `u` across
+    /// `[0.5, 2)`, `(u·2^(q + 64))·2^-64` is `u·2^q` rounded once (the product computed exactly
+    /// in f64, then rounded to f32), subnormal results included; one step past
+    /// [`OFFSET_MAX_Q`] the first factor is no longer a finite f32.
+    #[test]
+    fn offset_scaling_rounds_once() {
+        let mut subnormal = 0;
+        for q in -150..=OFFSET_MAX_Q {
+            for k in 0..600u32 {
+                let u = f32::from_bits(0x3f00_0000 + k * 0x6d3a); // 0.5 up to 2
+                let got = (u * pow2(q + OFFSET)) * pow2(-OFFSET);
+                let want = (f64::from(u) * 2f64.powi(q)) as f32;
+                assert_eq!(got.to_bits(), want.to_bits(), "u {u:e}, q {q}");
+                subnormal += usize::from(got != 0.0 && !got.is_normal());
+            }
+        }
+        assert!(subnormal > 1000, "{subnormal} subnormal results");
+        assert!(!f32::from_bits(((127 + OFFSET_MAX_Q + 1 + OFFSET) as u32) << 23).is_finite());
     }
 }
