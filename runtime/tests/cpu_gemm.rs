@@ -272,6 +272,11 @@ fn tiled_products_match_the_reference_for_every_pool_size() {
         (&[500, 300], true, &[300, 40], false),
         (&[20, 1000], false, &[1000, 40], false),
         (&[2, 90, 200], false, &[200, 230], true),
+        // Contractions longer than `gemm`'s piece for small products (512), where row blocks
+        // of at most 64 x 64 would be cut into other pieces than the whole: not split so
+        // (before, two threads and more gave other bits than one here, on any CPU).
+        (&[200, 600], false, &[600, 40], false),
+        (&[40, 700], true, &[700, 130], false),
     ];
     let tensors: Vec<_> = cases
         .iter()

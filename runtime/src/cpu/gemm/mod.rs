@@ -69,9 +69,21 @@ pub const BLOCK_RHS_MAX_ROWS: usize = 64;
 /// Row blocks of a split batch are multiples of this many rows and at least this tall.
 const MIN_TILE_ROWS: usize = 16;
 
+/// `gemm` 0.19 (`gemm-common`'s `gemm_basic_generic`) cuts the contraction of a product of at
+/// most this many rows and columns into pieces of [`GEMM_SMALL_KC`], and that of a larger one
+/// into pieces of its own cache-based size (600 into two of 300 on the AMD EPYC hosts).
+/// Each output element's sum is grouped by those pieces, so a tile of a split batch must be
+/// small exactly when the whole product is ([`MatmulPlan::blocks_like_whole`]), or its bits
+/// would depend on the thread count.
+const GEMM_SMALL_DIM: usize = 64;
+/// The contraction piece of `gemm`'s small products ([`GEMM_SMALL_DIM`]); a contraction no
+/// longer than this is one piece for products of any size.
+const GEMM_SMALL_KC: usize = 512;
+
 /// A batch's output cut into `row_parts x col_parts` blocks, each computed by its own
 /// single-threaded `gemm` call: every output element is still one `gemm` dot product over the
-/// whole `k`, so results do not depend on the thread count.
+/// whole `k`, cut into the same pieces as in one call for the whole batch (see
+/// [`GEMM_SMALL_DIM`]), so results do not depend on the thread count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Tiles {
     row_parts: usize,
@@ -524,19 +536,36 @@ impl MatmulPlan {
             return whole;
         }
         let parts = threads.div_ceil(self.batches.max(1));
-        if self.n >= parts * MIN_TILE_COLS {
-            Tiles {
-                row_parts: 1,
-                col_parts: parts,
-            }
-        } else if self.m >= parts * MIN_TILE_ROWS {
-            Tiles {
-                row_parts: parts,
-                col_parts: 1,
-            }
+        let columns = Tiles {
+            row_parts: 1,
+            col_parts: parts,
+        };
+        let rows = Tiles {
+            row_parts: parts,
+            col_parts: 1,
+        };
+        if self.n >= parts * MIN_TILE_COLS && self.blocks_like_whole(columns) {
+            columns
+        } else if self.m >= parts * MIN_TILE_ROWS && self.blocks_like_whole(rows) {
+            rows
         } else {
             whole
         }
+    }
+
+    /// Whether `gemm` cuts the contraction of every tile of `tiles` into the same pieces as
+    /// that of the whole batch (see [`GEMM_SMALL_DIM`]): always for contractions of up to
+    /// [`GEMM_SMALL_KC`], else when each tile is as small as the batch or as large. (Before,
+    /// 100 x 600 x 40 split into row blocks of 50 gave other bits on two threads than on one
+    /// on an AVX2 host, where no panel kernel takes such products.)
+    fn blocks_like_whole(&self, tiles: Tiles) -> bool {
+        let small = |m: usize, n: usize| m <= GEMM_SMALL_DIM && n <= GEMM_SMALL_DIM;
+        let whole = small(self.m, self.n);
+        self.k <= GEMM_SMALL_KC
+            || (0..tiles.per_batch()).all(|i| {
+                let (r, c) = tiles.tile(i, self.m, self.n);
+                r.is_empty() || c.is_empty() || small(r.len(), c.len()) == whole
+            })
     }
 
     /// Calls `body(batches, parallelism)` over all batches: chunks of batches in parallel with
