@@ -18,7 +18,9 @@
 //!   column blocks (row blocks when there are too few columns), one single-threaded `gemm` per
 //!   block, spread over the pool (faster than `gemm`'s own threading, which splits a
 //!   128 x 3072 x 768 product with a transposed operand poorly). Each output element is one
-//!   `gemm` dot product either way, so results do not depend on the thread count. f16/bf16
+//!   `gemm` dot product either way, its contraction cut into the same pieces (no split makes
+//!   tiles `gemm` cuts otherwise, [`GEMM_SMALL_DIM`]), so results do not depend on the thread
+//!   count. f16/bf16
 //!   (widened per batch) use `gemm`'s threading for few large batches. Integer loops split
 //!   rows across the pool.
 //! - **SIMD.** The `gemm` crate's AVX-512 kernels are compiled in (its `x86-v4` feature) and
