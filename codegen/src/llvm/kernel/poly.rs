@@ -198,7 +198,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let q = self.b.build_float_sub(z, self.k32(ROUNDER), "pe.q")?;
         let s = self.fmuladd(q, self.k32(-L2U), x)?;
         let s = self.fmuladd(q, self.k32(-L2L), s)?;
-        let u = self.poly_eval(s, &EXP_FULL)?;
+        // `u = e^s`, scaled where the generic `2^q` wants it so (exactly: see `scalef`).
+        let pre = self.prescale(range);
+        let u = self.poly_eval(s, &EXP_FULL.map(|c| pow2(c, pre)))?;
         let qi = self.rounded_to_int(z)?;
         self.scale_pow2(u, q, qi, range)
     }

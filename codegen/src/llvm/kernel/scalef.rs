@@ -2,8 +2,9 @@
 //! from the rounding's exponent bits, exact for its `q ≤ 27`) on AVX-512: one
 //! `vscalefps` per vector instead of the eight instructions of the generic form (`q` as an
 //! integer from the rounding's bits, halve it, build two powers of two from exponent bits, two
-//! multiplies), or the four of its form for `q ≤ 63` (`exp` of an argument `≤ 0`, `erf`'s
-//! `erfc`: one power of two offset by `2^64`, two multiplies; [`ScaleRange`]).
+//! multiplies), or the three of its form for `q ≤ 63` (`exp` of an argument `≤ 0`, `erf`'s
+//! `erfc`: `u` computed scaled by `2^-64`, then one multiply by `2^(q + 64)`;
+//! [`ScaleRange`]).
 //!
 //! The kernel body is scalar IR that LLVM's loop vectoriser widens, and an x86 intrinsic in
 //! it would stop that. So the body calls `smelt.scalef.f32(u, q)`, a scalar function holding
@@ -134,25 +135,26 @@ fn halves<'ctx>(
     Ok(b.build_float_mul(r, pow2i(ctx, b, q2)?, "sc.r")?)
 }
 
-/// The offset [`offset`] scales by first: `2^OFFSET`, then `2^-OFFSET`.
+/// The offset of [`offset`]: `u` arrives scaled by `2^-OFFSET`, and is scaled by
+/// `2^(q + OFFSET)`.
 const OFFSET: i32 = 64;
 
 /// `u·2^q` for an integer `-150 ≤ q ≤ 63` (`127 - OFFSET`: `2^(q + OFFSET)` must be a normal
-/// f32) as `(u·2^(q + 64))·2^-64`: for `u` in
-/// `[0.5, 2]` the first product is a normal number, hence exact, so the second rounds once,
-/// as `vscalefps` does, subnormal results included. Two integer instructions and two
-/// multiplies, where [`halves`] takes five and two.
+/// f32) from `us = u·2^-64` (exact: the polynomial that computes `u` ran on coefficients
+/// scaled by `2^-64`, [`Emitter::prescale`], and its multiply-adds round the same at any
+/// power-of-two scale while their results stay normal, which at about `2^-64` they do): one
+/// multiply by `2^(q + 64)`, a normal number, so `us·2^(q + 64)` rounds once, as `vscalefps`
+/// does, subnormal results included. Two integer instructions and one multiply, where
+/// [`halves`] takes five and two.
 fn offset<'ctx>(
     ctx: &'ctx Context,
     b: &Builder<'ctx>,
-    u: FloatValue<'ctx>,
+    us: FloatValue<'ctx>,
     qi: IntValue<'ctx>,
 ) -> Result<FloatValue<'ctx>> {
     let i32t = ctx.i32_type();
     let up = b.build_int_add(qi, i32t.const_int(OFFSET as u64, false), "sc.qo")?;
-    let r = b.build_float_mul(u, pow2i(ctx, b, up)?, "sc.r1")?;
-    let down = f32::from_bits(((127 - OFFSET) as u32) << 23);
-    Ok(b.build_float_mul(r, ctx.f32_type().const_float(f64::from(down)), "sc.r")?)
+    Ok(b.build_float_mul(us, pow2i(ctx, b, up)?, "sc.r")?)
 }
 
 /// What a `u·2^q` may assume of `q` besides `|q| ≤ 150` (`Emitter::scale_pow2`).
@@ -160,8 +162,8 @@ fn offset<'ctx>(
 pub(crate) enum ScaleRange {
     /// Nothing more (`exp` of any argument).
     Any,
-    /// `q ≤ 63` (`exp` of an argument `≤ 0`, `erf`'s `erfc`): the generic form
-    /// scales by a fixed offset ([`offset`]).
+    /// `q ≤ 63` (`exp` of an argument `≤ 0`, `erf`'s `erfc`): the generic form takes `u`
+    /// scaled by `2^-64` and scales it by `2^(q + 64)` ([`offset`]; [`Emitter::prescale`]).
     AtMost63,
 }
 
@@ -300,7 +302,17 @@ fn define_scalar<'ctx>(
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
-    /// `u·2^q` for an f32 `u` in `[0.5, 2]` and an integral f32 `|q| ≤ 150` within `range`,
+    /// The power of two by which [`Emitter::scale_pow2`] under `range` expects its `u`
+    /// scaled: `-64` for the generic form's [`ScaleRange::AtMost63`] ([`offset`]), else 0.
+    /// The caller scales the coefficients of the polynomial that computes `u`.
+    pub(crate) fn prescale(&self, range: ScaleRange) -> i32 {
+        match (self.scalef.widths().is_empty(), range) {
+            (true, ScaleRange::AtMost63) => -OFFSET,
+            _ => 0,
+        }
+    }
+
+    /// `u·2^q` for an f32 `u` in `[0.5, 2]` (times `2^prescale(range)`) and an integral f32 `|q| ≤ 150` within `range`,
     /// `qi` being `q` as an i32 (any value where `q` is NaN), or NaN for a NaN `u` and `q` (see
     /// the module docs). The generic form uses `qi` (an integer from the rounding's bits is one
     /// instruction, converting `q` three with its NaN guard); `vscalefps` takes `q`.
@@ -526,16 +538,16 @@ mod offset_tests {
     }
 
     /// The arithmetic [`super::offset`] emits, in Rust: for every `q` it admits and `u` across
-    /// `[0.5, 2)`, `(u·2^(q + 64))·2^-64` is `u·2^q` rounded once (the product computed exactly
+    /// `[0.5, 2)`, `(u·2^-64)·2^(q + 64)` is `u·2^q` rounded once (the product computed exactly
     /// in f64, then rounded to f32), subnormal results included; one step past
-    /// [`OFFSET_MAX_Q`] the first factor is no longer a finite f32.
+    /// [`OFFSET_MAX_Q`] the second factor is no longer a finite f32.
     #[test]
     fn offset_scaling_rounds_once() {
         let mut subnormal = 0;
         for q in -150..=OFFSET_MAX_Q {
             for k in 0..600u32 {
                 let u = f32::from_bits(0x3f00_0000 + k * 0x6d3a); // 0.5 up to 2
-                let got = (u * pow2(q + OFFSET)) * pow2(-OFFSET);
+                let got = (u * pow2(-OFFSET)) * pow2(q + OFFSET);
                 let want = (f64::from(u) * 2f64.powi(q)) as f32;
                 assert_eq!(got.to_bits(), want.to_bits(), "u {u:e}, q {q}");
                 subnormal += usize::from(got != 0.0 && !got.is_normal());
