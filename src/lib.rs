@@ -107,7 +107,7 @@ pub struct Options {
     /// two rows ahead, which keeps memory busy while a row in cache is computed
     /// ([`RowPrefetch::Rows`]), at the module's distance like other kernels
     /// ([`RowPrefetch::Module`]), or not at all ([`RowPrefetch::Off`]). The default,
-    /// [`RowPrefetch::Auto`], picks by CPU, as measured: `Off` on AMD Zen, `Rows` elsewhere
+    /// [`RowPrefetch::Auto`], picks by CPU, as measured: `Off` on AMD Zen 4 (Zen with AVX-512), `Rows` elsewhere
     /// ([`smelt_codegen::llvm::JitOptions::row_prefetch`]). Values are the same either way.
     pub row_prefetch: RowPrefetch,
     /// On the CPU: row kernels whose later pass computes a transcendental op (softmax's `exp`)
@@ -204,8 +204,9 @@ impl Options {
     /// [`RowPrefetch::for_cpu`]; `Auto` itself where the host CPU is unknown, as in a build
     /// without LLVM).
     pub fn host_row_prefetch(&self) -> RowPrefetch {
-        smelt_codegen::llvm::host_target()
-            .map_or(self.row_prefetch, |h| self.row_prefetch.for_cpu(&h.cpu))
+        smelt_codegen::llvm::host_target().map_or(self.row_prefetch, |h| {
+            self.row_prefetch.for_cpu(&h.cpu, &h.features)
+        })
     }
 }
 

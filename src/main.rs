@@ -148,7 +148,7 @@ enum Command {
         #[arg(long)]
         no_prefetch: bool,
         /// How CPU row kernels (softmax, layer_norm, …) over data out of cache prefetch:
-        /// auto (by CPU: off on AMD Zen, rows elsewhere), rows (two rows ahead), module
+        /// auto (by CPU: off on AMD Zen 4, rows elsewhere), rows (two rows ahead), module
         /// (2 KiB ahead like the other kernels) or off.
         #[arg(long, value_name = "MODE", default_value = "auto")]
         row_prefetch: smelt::RowPrefetch,

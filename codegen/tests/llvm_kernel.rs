@@ -801,22 +801,26 @@ mod with_llvm {
         }
     }
 
-    /// `RowPrefetch::Auto` is `Off` on AMD's Zen CPUs (LLVM's `znver*` names) and `Rows`
-    /// elsewhere; the other choices stand for themselves; each prints and parses back.
+    /// `RowPrefetch::Auto` is `Off` on AMD's Zen CPUs with AVX-512F (LLVM's `znver*` names;
+    /// LLVM 14 names Zen 4 `znver3`, as it does Zen 3) and `Rows` elsewhere, Zen 3 included;
+    /// the other choices stand for themselves; each prints and parses back.
     #[test]
     fn row_prefetch_goes_by_the_cpu() {
         use RowPrefetch::{Auto, Module, Off, Rows};
-        for (cpu, want) in [
-            ("znver3", Off),
-            ("znver4", Off),
-            ("sapphirerapids", Rows),
-            ("skylake-avx512", Rows),
-            ("x86-64-v3", Rows),
-            ("", Rows),
+        let (zen3, zen4) = ("+avx2,+fma,-avx512f", "+avx2,+fma,+avx512f,+avx512vl");
+        for (cpu, features, want) in [
+            ("znver3", zen4, Off),
+            ("znver4", zen4, Off),
+            ("znver3", zen3, Rows),
+            ("znver2", "+avx2,+fma", Rows),
+            ("sapphirerapids", zen4, Rows),
+            ("skylake-avx512", "+avx512f", Rows),
+            ("x86-64-v3", "", Rows),
+            ("", "", Rows),
         ] {
-            assert_eq!(Auto.for_cpu(cpu), want, "{cpu:?}");
+            assert_eq!(Auto.for_cpu(cpu, features), want, "{cpu:?} {features:?}");
             for fixed in [Rows, Module, Off] {
-                assert_eq!(fixed.for_cpu(cpu), fixed, "{cpu:?}");
+                assert_eq!(fixed.for_cpu(cpu, features), fixed, "{cpu:?}");
             }
         }
         for r in [Auto, Rows, Module, Off] {

@@ -107,7 +107,7 @@ pub struct Report {
     pub prefetch_bytes: Option<u32>,
     /// How CPU row kernels over data out of cache prefetch, as resolved for this CPU
     /// ([`crate::Options::host_row_prefetch`]): `rows` (two rows ahead), `module` (at
-    /// `prefetch_bytes`, `--no-row-prefetch`) or `off` (none, the default on AMD Zen).
+    /// `prefetch_bytes`, `--no-row-prefetch`) or `off` (none, the default on AMD Zen 4).
     pub row_prefetch: String,
     /// CPU kernels whose outputs are all at least this many bytes use streaming stores (16 MiB
     /// by default); `None`: none do (`--no-streaming-stores`).

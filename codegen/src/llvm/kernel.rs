@@ -453,7 +453,7 @@ impl KernelOptions {
             nontemporal_min_bytes: options.nontemporal_min_bytes,
             scalef: Scalef::for_features(&features),
             interleave_rows: options.interleave_rows,
-            row_prefetch: options.row_prefetch.for_cpu(&cpu),
+            row_prefetch: options.row_prefetch.for_cpu(&cpu, &features),
             first_pass_prefetch: options.first_pass_prefetch,
             interleave_vectors: options.interleave_vectors,
             tile_transposes: options.tile_transposes,

@@ -86,8 +86,8 @@ pub const ROW_PREFETCH_MAX_BYTES: u32 = 16 << 10;
 /// prefetches carry no data: values are the same bits under every choice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RowPrefetch {
-    /// By the target CPU ([`RowPrefetch::for_cpu`]): [`RowPrefetch::Off`] on AMD Zen,
-    /// [`RowPrefetch::Rows`] elsewhere.
+    /// By the target CPU ([`RowPrefetch::for_cpu`]): [`RowPrefetch::Off`] on AMD Zen 4 and
+    /// later, [`RowPrefetch::Rows`] elsewhere.
     #[default]
     Auto,
     /// [`ROW_PREFETCH_ROWS`] rows ahead where that is further than
@@ -102,18 +102,22 @@ pub enum RowPrefetch {
     /// No software prefetch in row kernels: the hardware prefetchers alone fetch the rows.
     /// Measured better on the AMD EPYC (Zen 4) host, where add + layer_norm over 65536 x 768
     /// ran 1.17x–1.38x as fast as with rows ahead and softmax up to 12% faster, side by side
-    /// (BENCHMARKS.md).
+    /// (BENCHMARKS.md); not on the Zen 3 one, where rows ahead made softmax over 65536 x 768
+    /// 1.25x–1.33x and add + layer_norm 4% as fast again.
     Off,
 }
 
 impl RowPrefetch {
-    /// What [`RowPrefetch::Auto`] stands for on the CPU LLVM calls `cpu` (the host's
-    /// `TargetMachine::get_host_cpu_name`, e.g. `znver3`, `sapphirerapids`): `Off` on AMD's
-    /// Zen family (`znver*`; measured on Zen 4, which LLVM 14 names `znver3`), `Rows`
-    /// elsewhere. Any other value stands for itself.
-    pub fn for_cpu(self, cpu: &str) -> RowPrefetch {
+    /// What [`RowPrefetch::Auto`] stands for on the CPU LLVM calls `cpu` with LLVM feature
+    /// string `features` (the host's `TargetMachine::get_host_cpu_name` and
+    /// `get_host_cpu_features`, e.g. `znver3` and `+avx2,…`): `Off` on AMD's Zen CPUs with
+    /// AVX-512F (`znver*` and `+avx512f`: Zen 4 and later, which LLVM 14 names `znver3` like
+    /// Zen 3), `Rows` elsewhere, Zen 3 included (measured on both, BENCHMARKS.md). Any other
+    /// value stands for itself.
+    pub fn for_cpu(self, cpu: &str, features: &str) -> RowPrefetch {
+        let avx512f = features.split(',').any(|f| f == "+avx512f");
         match self {
-            RowPrefetch::Auto if cpu.starts_with("znver") => RowPrefetch::Off,
+            RowPrefetch::Auto if cpu.starts_with("znver") && avx512f => RowPrefetch::Off,
             RowPrefetch::Auto => RowPrefetch::Rows,
             other => other,
         }
