@@ -312,10 +312,11 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         }
     }
 
-    /// `u·2^q` for an f32 `u` in `[0.5, 2]` (times `2^prescale(range)`) and an integral f32 `|q| ≤ 150` within `range`,
-    /// `qi` being `q` as an i32 (any value where `q` is NaN), or NaN for a NaN `u` and `q` (see
-    /// the module docs). The generic form uses `qi` (an integer from the rounding's bits is one
-    /// instruction, converting `q` three with its NaN guard); `vscalefps` takes `q`.
+    /// `u·2^q` for an f32 `u` in `[0.5, 2]` (times `2^prescale(range)`) and an integral f32
+    /// `|q| ≤ 150` within `range`, `qi` being `q` as an i32 (any value where `q` is NaN), or
+    /// NaN for a NaN `u` and `q` (see the module docs). The generic form uses `qi` (an integer
+    /// from the rounding's bits is one instruction, converting `q` three with its NaN guard);
+    /// `vscalefps` takes `q`.
     pub(crate) fn scale_pow2(
         &self,
         u: FloatValue<'ctx>,

@@ -36,7 +36,8 @@
 //!    aligned pointer (`llvm.launder.invariant.group`, which nothing else calls). Until the
 //!    thirty-sixth session nothing streamed on AVX2, so the peeling cost something for
 //!    nothing; on the AMD EPYC (Zen 3) host, streaming then made add + layer_norm and
-//!    softmax over 65536 x 768 1.25–1.3x and permute-add 1.4x as fast (BENCHMARKS.md).
+//!    softmax over 65536 x 768 1.25–1.3x and permute-add 1.25–1.4x as fast, the elementwise
+//!    chain 5–8% slower (its peeled loop, streaming or not; BENCHMARKS.md).
 //!
 //! Streaming is on by default for kernels writing at least 16 MiB
 //! (`JitOptions::nontemporal_min_bytes`): on the 2-core VM it was measured on, with row kernels

@@ -20,9 +20,8 @@
 //!   128 x 3072 x 768 product with a transposed operand poorly). Each output element is one
 //!   `gemm` dot product either way, its contraction cut into the same pieces (no split makes
 //!   tiles `gemm` cuts otherwise, [`GEMM_SMALL_DIM`]), so results do not depend on the thread
-//!   count. f16/bf16
-//!   (widened per batch) use `gemm`'s threading for few large batches. Integer loops split
-//!   rows across the pool.
+//!   count. f16/bf16 (widened per batch) use `gemm`'s threading for few large batches.
+//!   Integer loops split rows across the pool.
 //! - **SIMD.** The `gemm` crate's AVX-512 kernels are compiled in (its `x86-v4` feature) and
 //!   chosen at run time when the CPU has AVX-512; AVX2+FMA kernels otherwise. f32 products of
 //!   at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS) rows run instead on smelt's own AVX-512 panel kernel
@@ -73,7 +72,8 @@ const MIN_TILE_ROWS: usize = 16;
 
 /// `gemm` 0.19 (`gemm-common`'s `gemm_basic_generic`) cuts the contraction of a product of at
 /// most this many rows and columns into pieces of [`GEMM_SMALL_KC`], and that of a larger one
-/// into pieces of its own cache-based size (600 into two of 300 on the AMD EPYC hosts).
+/// into pieces of its own cache-based size (on the Zen 3 host, 600 otherwise than into 512
+/// and 88).
 /// Each output element's sum is grouped by those pieces, so a tile of a split batch must be
 /// small exactly when the whole product is ([`MatmulPlan::blocks_like_whole`]), or its bits
 /// would depend on the thread count.
