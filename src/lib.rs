@@ -107,8 +107,9 @@ pub struct Options {
     /// two rows ahead, which keeps memory busy while a row in cache is computed
     /// ([`RowPrefetch::Rows`]), at the module's distance like other kernels
     /// ([`RowPrefetch::Module`]), or not at all ([`RowPrefetch::Off`]). The default,
-    /// [`RowPrefetch::Auto`], picks by CPU, as measured: `Off` on AMD Zen 4 (Zen with AVX-512), `Rows` elsewhere
-    /// ([`smelt_codegen::llvm::JitOptions::row_prefetch`]). Values are the same either way.
+    /// [`RowPrefetch::Auto`], picks by CPU, as measured: `Off` on AMD Zen 4 (Zen with
+    /// AVX-512), `Rows` elsewhere ([`smelt_codegen::llvm::JitOptions::row_prefetch`]). Values
+    /// are the same either way.
     pub row_prefetch: RowPrefetch,
     /// On the CPU: row kernels whose later pass computes a transcendental op (softmax's `exp`)
     /// also prefetch in their first pass, as before the thirtieth session

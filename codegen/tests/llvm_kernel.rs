@@ -812,6 +812,8 @@ mod with_llvm {
             ("znver3", zen4, Off),
             ("znver4", zen4, Off),
             ("znver3", zen3, Rows),
+            ("znver3", "+avx512f,-avx512f", Rows),
+            ("znver3", "+avx512f,+avx512vl,-avx2", Rows),
             ("znver2", "+avx2,+fma", Rows),
             ("sapphirerapids", zen4, Rows),
             ("skylake-avx512", "+avx512f", Rows),

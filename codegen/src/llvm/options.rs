@@ -3,6 +3,28 @@
 
 use std::fmt;
 
+/// Whether LLVM feature string `features` (`+avx512f,-avx512vl,…`) turns feature `name` on
+/// (`Some(true)`) or off, read as LLVM reads it: the last `+name`/`-name` wins; `None` when it
+/// does not name it.
+pub(crate) fn feature(features: &str, name: &str) -> Option<bool> {
+    features
+        .rsplit(',')
+        .filter_map(|t| Some((t.strip_prefix(['+', '-'])?, t.starts_with('+'))))
+        .find(|(f, _)| *f == name)
+        .map(|(_, plus)| plus)
+}
+
+/// Whether `features` has AVX-512F as LLVM reads it: turned on, and nothing it builds on
+/// turned off (LLVM's `avx512f` implies AVX2, FMA, F16C, and through them AVX and every SSE
+/// level, `X86.td`; turning one off turns AVX-512F off too).
+pub(crate) fn avx512f(features: &str) -> bool {
+    const NEEDED: [&str; 10] = [
+        "sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c",
+    ];
+    feature(features, "avx512f") == Some(true)
+        && NEEDED.iter().all(|f| feature(features, f) != Some(false))
+}
+
 /// How hard LLVM optimises (the `default<ON>` pipeline of the new pass manager, and the
 /// back end's optimisation level).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -111,13 +133,12 @@ impl RowPrefetch {
     /// What [`RowPrefetch::Auto`] stands for on the CPU LLVM calls `cpu` with LLVM feature
     /// string `features` (the host's `TargetMachine::get_host_cpu_name` and
     /// `get_host_cpu_features`, e.g. `znver3` and `+avx2,…`): `Off` on AMD's Zen CPUs with
-    /// AVX-512F (`znver*` and `+avx512f`: Zen 4 and later, which LLVM 14 names `znver3` like
-    /// Zen 3), `Rows` elsewhere, Zen 3 included (measured on both, BENCHMARKS.md). Any other
-    /// value stands for itself.
+    /// AVX-512F (`znver*`, and AVX-512F as LLVM reads `features`, the reading `vscalefps`
+    /// goes by: Zen 4 and later, which LLVM 14 names `znver3` like Zen 3), `Rows` elsewhere,
+    /// Zen 3 included (measured on both, BENCHMARKS.md). Any other value stands for itself.
     pub fn for_cpu(self, cpu: &str, features: &str) -> RowPrefetch {
-        let avx512f = features.split(',').any(|f| f == "+avx512f");
         match self {
-            RowPrefetch::Auto if cpu.starts_with("znver") && avx512f => RowPrefetch::Off,
+            RowPrefetch::Auto if cpu.starts_with("znver") && avx512f(features) => RowPrefetch::Off,
             RowPrefetch::Auto => RowPrefetch::Rows,
             other => other,
         }

@@ -23,6 +23,7 @@
 
 use super::{declare, Emitter};
 use crate::llvm::error::{LlvmError, Result};
+use crate::llvm::options::{avx512f, feature};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
 use inkwell::context::Context;
@@ -58,22 +59,9 @@ impl Scalef {
     /// AVX-512F builds on (`-avx2`, `-fma`, …) turns it off too. Anything else is `Generic`:
     /// emitting `vscalefps` for a target without it would abort LLVM's code generator.
     pub fn for_features(features: &str) -> Scalef {
-        let on = |name: &str| {
-            features
-                .rsplit(',')
-                .filter_map(|t| Some((t.strip_prefix(['+', '-'])?, t.starts_with('+'))))
-                .find(|(f, _)| *f == name)
-                .map(|(_, plus)| plus)
-        };
-        // What LLVM's `avx512f` implies (X86.td): AVX2, FMA, F16C, and through them AVX
-        // and every SSE level.
-        const NEEDED: [&str; 10] = [
-            "sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c",
-        ];
-        let avx512f = on("avx512f") == Some(true) && NEEDED.iter().all(|f| on(f) != Some(false));
-        if !cfg!(target_arch = "x86_64") || !avx512f {
+        if !cfg!(target_arch = "x86_64") || !avx512f(features) {
             Scalef::Generic
-        } else if on("avx512vl") == Some(true) {
+        } else if feature(features, "avx512vl") == Some(true) {
             Scalef::Avx512Vl
         } else {
             Scalef::Avx512
