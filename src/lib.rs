@@ -35,7 +35,7 @@ pub mod emit;
 pub mod io;
 pub mod models;
 
-pub use smelt_codegen::llvm::{MathMode, RowPrefetch};
+pub use smelt_codegen::llvm::{MachineSchedule, MathMode, RowPrefetch};
 pub use smelt_frontend as frontend;
 pub use smelt_ir as ir;
 pub use smelt_ir::Signature;

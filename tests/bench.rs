@@ -196,6 +196,20 @@ fn cli_writes_json_and_chart() {
     assert_eq!(report["math"], "polynomial");
     assert_eq!(report["prefetch_bytes"], 2048);
     assert_eq!(report["interleave_vectors"], 4);
+    // The machine scheduler's direction, as the host target chose it (none without LLVM).
+    match smelt_codegen::llvm::host_target() {
+        Ok(host) => {
+            assert_eq!(report["machine_schedule"], host.schedule.to_string());
+            assert!(
+                stdout.contains(&format!(
+                    "cpu kernels' instructions scheduled {}",
+                    host.schedule
+                )),
+                "{stdout}"
+            );
+        }
+        Err(_) => assert!(report["machine_schedule"].is_null(), "{report}"),
+    }
     assert!(
         stdout.contains("store loops and split reductions: 4 vectors per iteration"),
         "{stdout}"

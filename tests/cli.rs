@@ -108,6 +108,80 @@ fn run_reads_and_writes_safetensors() {
     }
 }
 
+/// `SMELT_MACHINE_SCHEDULE` orders the CPU kernels' instructions: top down and bottom up give
+/// different code for a long chain (`tanh`, `erf`) and the same bits out; a value it does not
+/// take is an error naming the variable and the values it takes, not a panic.
+#[cfg(feature = "llvm")]
+#[test]
+fn machine_schedules_give_the_same_bits_and_a_bad_one_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "chain.smelt",
+        "%x = input \"x\" : f32[4096]\n\
+         %a = mul %x, %x\n\
+         %t = tanh %a\n\
+         %e = erf %x\n\
+         %y = add %t, %e\n\
+         output \"y\" = %y\n",
+    );
+    let xs: Vec<f32> = (0..4096).map(|i| (i as f32 - 2048.0) * 0.0021).collect();
+    let inp = dir.path().join("in.safetensors");
+    let x = HostTensor::from_f32([4096], xs).unwrap();
+    smelt::io::save_safetensors(&inp, [("x", &x)]).unwrap();
+    let cache = dir.path().join("cache");
+    let with = |schedule: &str, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_smelt"))
+            .args(args)
+            .env("SMELT_MACHINE_SCHEDULE", schedule)
+            .env("SMELT_CACHE_DIR", &cache)
+            .output()
+            .expect("the smelt binary runs")
+    };
+    let mut asm = vec![];
+    let mut ys = vec![];
+    for schedule in ["bottom-up", "top-down"] {
+        let emitted = dir.path().join(schedule);
+        let args = ["explain", &file, "--emit", "asm", "--emit-dir"];
+        let out = with(
+            schedule,
+            &[&args[..], &[emitted.to_str().unwrap()]].concat(),
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        asm.push(std::fs::read_to_string(emitted.join("kernels.s")).unwrap());
+        let outp = dir.path().join(format!("{schedule}.safetensors"));
+        let args = [
+            "run",
+            &file,
+            "--inputs",
+            inp.to_str().unwrap(),
+            "--out",
+            outp.to_str().unwrap(),
+            "--device",
+            "cpu",
+        ];
+        let out = with(schedule, &args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let y = smelt::io::load_safetensors(&outp).unwrap()["y"].to_f32_vec();
+        ys.push(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    }
+    assert_ne!(
+        asm[0], asm[1],
+        "the schedule changed no instruction's place"
+    );
+    assert_eq!(ys[0], ys[1]);
+
+    let out = with("sideways", &["explain", &file, "--emit", "asm"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("SMELT_MACHINE_SCHEDULE=\"sideways\"")
+            && stderr.contains("bottom-up, top-down, auto")
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
+
 /// `smelt run --libm-math` computes `exp`/`tanh`/`erf` as the C library does: bit for bit the
 /// reference interpreter's results. Without it the CPU's polynomials stay within 1.25 ulp.
 #[test]

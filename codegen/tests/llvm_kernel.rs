@@ -8,7 +8,10 @@ mod with_llvm {
         compile_program_kernels, has_plain_twin, kernel_extent, optimized_kernel_ir,
         program_listing, reduce_group, CompiledKernels,
     };
-    use smelt_codegen::llvm::{CpuTarget, JitOptions, MathMode, RowPrefetch};
+    use smelt_codegen::llvm::{
+        host_target, CpuTarget, JitOptions, MachineSchedule, MathMode, RowPrefetch,
+        MACHINE_SCHEDULE_VAR,
+    };
     use smelt_ir::{BinaryOp, DType, NodeId, Scalar, UnaryOp};
     use smelt_passes::kernel::*;
 
@@ -833,6 +836,55 @@ mod with_llvm {
             e.contains("sideways") && e.contains("auto, rows, module, off"),
             "{e}"
         );
+    }
+
+    /// `MachineSchedule::for_cpu` is top down on AMD Zen 3 only (`znver3` without AVX-512F,
+    /// read as LLVM reads the feature string), bottom up elsewhere, Zen 4 included; the
+    /// environment variable's values parse, `auto` standing for the host's choice; this
+    /// process's host target records the choice its environment and CPU make.
+    #[test]
+    fn machine_schedule_goes_by_the_cpu() {
+        use MachineSchedule::{BottomUp, TopDown};
+        let (zen3, zen4) = ("+avx2,+fma,-avx512f", "+avx2,+fma,+avx512f,+avx512vl");
+        for (cpu, features, want) in [
+            ("znver3", zen3, TopDown),
+            ("znver3", "+avx512f,-avx512f", TopDown),
+            ("znver3", "+avx512f,+avx512vl,-avx2", TopDown),
+            ("znver3", zen4, BottomUp),
+            ("znver4", zen4, BottomUp),
+            ("znver2", "+avx2,+fma", BottomUp),
+            ("skylake-avx512", "+avx512f", BottomUp),
+            ("haswell", "+avx2,+fma", BottomUp),
+            ("x86-64-v3", "", BottomUp),
+            ("", "", BottomUp),
+        ] {
+            assert_eq!(
+                MachineSchedule::for_cpu(cpu, features),
+                want,
+                "{cpu:?} {features:?}"
+            );
+        }
+        for s in [BottomUp, TopDown] {
+            assert_eq!(s.to_string().parse::<MachineSchedule>(), Ok(s));
+            assert_eq!(MachineSchedule::from_var(&s.to_string()), Ok(Some(s)));
+        }
+        assert_eq!(MachineSchedule::from_var("auto"), Ok(None));
+        let e = MachineSchedule::from_var("sideways").unwrap_err();
+        assert!(
+            e.contains("sideways") && e.contains("bottom-up, top-down, auto"),
+            "{e}"
+        );
+        let host = host_target().unwrap();
+        let chosen = std::env::var(MACHINE_SCHEDULE_VAR)
+            .ok()
+            .and_then(|v| MachineSchedule::from_var(&v).unwrap());
+        assert_eq!(
+            host.schedule,
+            chosen.unwrap_or_else(|| MachineSchedule::for_cpu(&host.cpu, &host.features))
+        );
+        assert!(host
+            .cache_key()
+            .ends_with(&format!(" schedule {}", host.schedule)));
     }
 
     /// Where a later pass over the row computes a transcendental op (softmax's `exp`, and the

@@ -118,6 +118,10 @@ pub struct Report {
     /// How many vectors CPU store loops compute per iteration; `None`: as the loop
     /// vectoriser chooses (`--no-interleave-vectors`).
     pub interleave_vectors: Option<u32>,
+    /// The direction LLVM's machine scheduler orders CPU kernels' instructions in, for this
+    /// host or as `SMELT_MACHINE_SCHEDULE` set it (`top-down` on AMD Zen 3, else
+    /// `bottom-up`; see `MachineSchedule`); `None` in a build without the CPU backend.
+    pub machine_schedule: Option<String>,
     /// The alignment, in bytes, of a large tensor's data in this process
     /// ([`large_tensor_alignment`]): 64 or more under [`crate::LargeAligned`] (the `smelt`
     /// tool's allocator), usually 16 under the system allocator, on which memory-bound kernels
@@ -348,6 +352,9 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         streaming_stores_min_bytes: jit.nontemporal_min_bytes,
         interleave_rows: jit.interleave_rows,
         interleave_vectors: jit.interleave_vectors,
+        machine_schedule: smelt_codegen::llvm::host_target()
+            .ok()
+            .map(|h| h.schedule.to_string()),
         tensor_alignment: large_tensor_alignment(),
         huge_pages: huge_pages(),
         block_cache_bytes: smelt_runtime::alloc::block_cache_limit() as u64,

@@ -56,6 +56,9 @@ pub fn tables(r: &Report) -> String {
             None => "as the vectoriser interleaves".to_string(),
         }
     );
+    if let Some(schedule) = &r.machine_schedule {
+        let _ = writeln!(s, "cpu kernels' instructions scheduled {schedule}");
+    }
     let _ = writeln!(
         s,
         "tensors of >= {} KiB start on {}-byte boundaries{}",

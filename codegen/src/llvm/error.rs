@@ -15,6 +15,13 @@ pub enum LlvmError {
     /// LLVM could not initialise the native target (no LLVM backend for this host).
     #[error("LLVM could not initialise the native target: {message}")]
     TargetInit { message: String },
+    /// An environment variable smelt reads holds a value it does not accept.
+    #[error("environment variable {variable}={value:?}: {message}")]
+    Environment {
+        variable: &'static str,
+        value: String,
+        message: String,
+    },
     /// LLVM has no target machine for this triple, CPU and feature string.
     #[error("LLVM has no target machine for triple {triple:?}, cpu {cpu:?}, features {features:?}: {message}")]
     TargetMachine {

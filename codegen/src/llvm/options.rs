@@ -178,6 +178,86 @@ impl std::str::FromStr for RowPrefetch {
     }
 }
 
+/// The environment variable that overrides [`MachineSchedule::for_cpu`]: `top-down`,
+/// `bottom-up` or `auto` (the host's choice).
+pub const MACHINE_SCHEDULE_VAR: &str = "SMELT_MACHINE_SCHEDULE";
+
+/// In which direction LLVM's machine scheduler orders the instructions of each block. LLVM
+/// reads this from a process-wide option, so it is one choice for every module a process
+/// compiles, made when LLVM is first initialised: by the host CPU
+/// ([`MachineSchedule::for_cpu`]) unless [`MACHINE_SCHEDULE_VAR`] says otherwise. It is part
+/// of [`HostTarget`], and so of every kernel cache key. Values are unchanged either way: only
+/// the order of independent instructions differs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MachineSchedule {
+    /// LLVM's default on x86: bottom up, keeping register pressure low, which tends to finish
+    /// one vector's chain of dependent operations before starting the next.
+    #[default]
+    BottomUp,
+    /// Top down (LLVM's `-misched-topdown`): each instruction placed once its operands are on
+    /// their way, which interleaves the chains of the vectors a store loop computes side by
+    /// side, so more of the operations waiting in the CPU's scheduler are ready to issue.
+    TopDown,
+}
+
+impl MachineSchedule {
+    /// The schedule for host CPU `cpu` with LLVM feature string `features`: top down on AMD
+    /// Zen 3 (`znver3` without AVX-512F; LLVM 14 names Zen 4 `znver3` too), bottom up
+    /// elsewhere.
+    ///
+    /// Zen 3 keeps at most 64 floating-point operations waiting for their operands (llvm-mca's
+    /// model of it): a store loop with a long chain per vector (`tanh`, `erf`) fills that
+    /// queue with operations none of which can issue, and runs at a third of what its
+    /// floating-point pipes allow. On the thirty-seventh session's Zen 3 host, top down made
+    /// the elementwise chain 1.26x, bias-GELU 1.18x–1.21x and add + layer_norm over 65536 x
+    /// 768 1.19x as fast, and softmax over 1536 x 128 up to 5% slower, side by side
+    /// (BENCHMARKS.md). Elsewhere llvm-mca predicts no gain (Zen 4, whose queue is larger) or a
+    /// loss (GELU 14% slower on Skylake-X and Ice Lake models), and nothing was measured.
+    pub fn for_cpu(cpu: &str, features: &str) -> MachineSchedule {
+        if cpu == "znver3" && !avx512f(features) {
+            MachineSchedule::TopDown
+        } else {
+            MachineSchedule::BottomUp
+        }
+    }
+
+    /// The schedule [`MACHINE_SCHEDULE_VAR`] holds (`value`), or `None` for `auto`; an error
+    /// message naming the accepted values for anything else.
+    pub fn from_var(value: &str) -> Result<Option<MachineSchedule>, String> {
+        match value {
+            "auto" => Ok(None),
+            other => other.parse().map(Some),
+        }
+    }
+
+    /// The names [`fmt::Display`] writes and [`std::str::FromStr`] reads.
+    pub const NAMES: [&'static str; 2] = ["bottom-up", "top-down"];
+}
+
+impl fmt::Display for MachineSchedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MachineSchedule::BottomUp => "bottom-up",
+            MachineSchedule::TopDown => "top-down",
+        })
+    }
+}
+
+impl std::str::FromStr for MachineSchedule {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<MachineSchedule, String> {
+        match s {
+            "bottom-up" => Ok(MachineSchedule::BottomUp),
+            "top-down" => Ok(MachineSchedule::TopDown),
+            _ => Err(format!(
+                "unknown machine schedule {s:?}: expected one of {}, auto",
+                MachineSchedule::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
 /// The default [`JitOptions::interleave_vectors`].
 pub const INTERLEAVE_VECTORS: u32 = 4;
 
@@ -311,14 +391,16 @@ pub struct HostTarget {
     pub cpu: String,
     /// LLVM's host feature string: comma-separated `+feature` / `-feature` entries.
     pub features: String,
+    /// The machine scheduler's direction in this process.
+    pub schedule: MachineSchedule,
 }
 
 impl HostTarget {
     /// One line holding every field, for hashing into a cache key.
     pub fn cache_key(&self) -> String {
         format!(
-            "llvm {} triple {} cpu {} features {}",
-            self.llvm_version, self.triple, self.cpu, self.features
+            "llvm {} triple {} cpu {} features {} schedule {}",
+            self.llvm_version, self.triple, self.cpu, self.features, self.schedule
         )
     }
 }
@@ -327,8 +409,8 @@ impl fmt::Display for HostTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "LLVM {} for {} ({})",
-            self.llvm_version, self.triple, self.cpu
+            "LLVM {} for {} ({}, {} scheduling)",
+            self.llvm_version, self.triple, self.cpu, self.schedule
         )
     }
 }

@@ -1,24 +1,81 @@
 //! The host target: LLVM's native target, initialised once, and target machines for it.
 
 use super::error::{LlvmError, Result};
-use super::options::{CpuTarget, HostTarget, OptLevel};
+use super::options::{CpuTarget, HostTarget, MachineSchedule, OptLevel, MACHINE_SCHEDULE_VAR};
 use inkwell::targets::{
     CodeModel, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
 };
 use inkwell::OptimizationLevel;
+use std::ffi::{c_char, CString};
 use std::sync::OnceLock;
 
 /// The full LLVM version this crate was built against (see `build.rs`).
 pub const LLVM_VERSION: &str = env!("SMELT_LLVM_VERSION");
 
-/// Initialises LLVM's native target, asm parser and printer, once per process.
+/// Initialises LLVM's native target, asm parser and printer, and sets the machine scheduler's
+/// direction ([`machine_schedule`]), once per process, before anything compiles.
 pub(crate) fn init_native() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
     INIT.get_or_init(|| {
         Target::initialize_native(&InitializationConfig::default())
-            .map_err(|message| LlvmError::TargetInit { message })
+            .map_err(|message| LlvmError::TargetInit { message })?;
+        if machine_schedule()? == MachineSchedule::TopDown {
+            set_llvm_options(&["-misched-topdown"]);
+        }
+        Ok(())
     })
     .clone()
+}
+
+/// This process's [`MachineSchedule`]: [`MACHINE_SCHEDULE_VAR`] when set to other than
+/// `auto`, else [`MachineSchedule::for_cpu`] of the host (computed once).
+fn machine_schedule() -> Result<MachineSchedule> {
+    static SCHEDULE: OnceLock<Result<MachineSchedule>> = OnceLock::new();
+    SCHEDULE
+        .get_or_init(|| {
+            let by_host = || {
+                MachineSchedule::for_cpu(
+                    &TargetMachine::get_host_cpu_name().to_string(),
+                    &TargetMachine::get_host_cpu_features().to_string(),
+                )
+            };
+            match std::env::var(MACHINE_SCHEDULE_VAR) {
+                Ok(value) => match MachineSchedule::from_var(&value) {
+                    Ok(chosen) => Ok(chosen.unwrap_or_else(by_host)),
+                    Err(message) => Err(LlvmError::Environment {
+                        variable: MACHINE_SCHEDULE_VAR,
+                        value,
+                        message,
+                    }),
+                },
+                Err(_) => Ok(by_host()),
+            }
+        })
+        .clone()
+}
+
+/// Sets LLVM's process-wide command-line options `args` (`-name` or `-name=value`). Called
+/// once, from [`init_native`]: LLVM refuses an option given a second time.
+fn set_llvm_options(args: &[&str]) {
+    let owned: Vec<CString> = ["smelt"]
+        .iter()
+        .chain(args)
+        .map(|a| CString::new(*a).expect("LLVM option without NUL"))
+        .collect();
+    let argv: Vec<*const c_char> = owned.iter().map(|a| a.as_ptr()).collect();
+    let overview = CString::default();
+    // SAFETY: `argv` holds `argv.len()` pointers to NUL-terminated strings (`owned`) and
+    // `overview` is one too, all alive for the call; LLVM copies what it keeps. Nothing else
+    // reads LLVM's options meanwhile: this runs inside `init_native`'s `OnceLock`, before any
+    // module is compiled. A malformed option would be reported to a null stream and ignored
+    // (these are fixed and valid).
+    unsafe {
+        llvm_sys::support::LLVMParseCommandLineOptions(
+            argv.len() as i32,
+            argv.as_ptr(),
+            overview.as_ptr(),
+        )
+    };
 }
 
 /// The LLVM version, host triple, host CPU name and host feature string (computed once).
@@ -35,6 +92,7 @@ pub fn host_target() -> Result<&'static HostTarget> {
                 .into_owned(),
             cpu: TargetMachine::get_host_cpu_name().to_string(),
             features: TargetMachine::get_host_cpu_features().to_string(),
+            schedule: machine_schedule()?,
         })
     })
     .as_ref()
