@@ -869,6 +869,7 @@ mod with_llvm {
             assert_eq!(MachineSchedule::from_var(&s.to_string()), Ok(Some(s)));
         }
         assert_eq!(MachineSchedule::from_var("auto"), Ok(None));
+        assert_eq!(MachineSchedule::from_var(""), Ok(None));
         let e = MachineSchedule::from_var("sideways").unwrap_err();
         assert!(
             e.contains("sideways") && e.contains("bottom-up, top-down, auto"),

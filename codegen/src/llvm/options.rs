@@ -210,9 +210,10 @@ impl MachineSchedule {
     /// queue with operations none of which can issue, and runs at a third of what its
     /// floating-point pipes allow. On the thirty-seventh session's Zen 3 host, top down made
     /// the elementwise chain 1.26x, bias-GELU 1.18x–1.21x and add + layer_norm over 65536 x
-    /// 768 1.19x as fast, and softmax over 1536 x 128 up to 5% slower, side by side
-    /// (BENCHMARKS.md). Elsewhere llvm-mca predicts no gain (Zen 4, whose queue is larger) or a
-    /// loss (GELU 14% slower on Skylake-X and Ice Lake models), and nothing was measured.
+    /// 768 1.19x as fast, and softmax over 1536 x 128 6% slower, side by side in its quieter
+    /// minutes (BENCHMARKS.md). Elsewhere llvm-mca predicts no gain (Zen 4, whose loops are
+    /// bound by their 512-bit operations) or a loss (GELU 14–16% slower on Skylake-X and Ice
+    /// Lake models), and nothing was measured.
     pub fn for_cpu(cpu: &str, features: &str) -> MachineSchedule {
         if cpu == "znver3" && !avx512f(features) {
             MachineSchedule::TopDown
@@ -221,11 +222,11 @@ impl MachineSchedule {
         }
     }
 
-    /// The schedule [`MACHINE_SCHEDULE_VAR`] holds (`value`), or `None` for `auto`; an error
-    /// message naming the accepted values for anything else.
+    /// The schedule [`MACHINE_SCHEDULE_VAR`] holds (`value`), or `None` for `auto` (or an
+    /// empty value); an error message naming the accepted values for anything else.
     pub fn from_var(value: &str) -> Result<Option<MachineSchedule>, String> {
         match value {
-            "auto" => Ok(None),
+            "auto" | "" => Ok(None),
             other => other.parse().map(Some),
         }
     }
