@@ -34,10 +34,8 @@ fn machine_schedule() -> Result<MachineSchedule> {
     SCHEDULE
         .get_or_init(|| {
             let by_host = || {
-                MachineSchedule::for_cpu(
-                    &TargetMachine::get_host_cpu_name().to_string(),
-                    &TargetMachine::get_host_cpu_features().to_string(),
-                )
+                let (cpu, features) = host_cpu();
+                MachineSchedule::for_cpu(cpu, features)
             };
             match std::env::var(MACHINE_SCHEDULE_VAR) {
                 Ok(value) => match MachineSchedule::from_var(&value) {
@@ -52,6 +50,18 @@ fn machine_schedule() -> Result<MachineSchedule> {
             }
         })
         .clone()
+}
+
+/// LLVM's name of the host CPU and its host feature string (computed once), for both
+/// [`machine_schedule`] and [`host_target`].
+fn host_cpu() -> &'static (String, String) {
+    static CPU: OnceLock<(String, String)> = OnceLock::new();
+    CPU.get_or_init(|| {
+        (
+            TargetMachine::get_host_cpu_name().to_string(),
+            TargetMachine::get_host_cpu_features().to_string(),
+        )
+    })
 }
 
 /// Sets LLVM's process-wide command-line options `args` (`-name` or `-name=value`). Called
@@ -90,8 +100,8 @@ pub fn host_target() -> Result<&'static HostTarget> {
                 .as_str()
                 .to_string_lossy()
                 .into_owned(),
-            cpu: TargetMachine::get_host_cpu_name().to_string(),
-            features: TargetMachine::get_host_cpu_features().to_string(),
+            cpu: host_cpu().0.clone(),
+            features: host_cpu().1.clone(),
             schedule: machine_schedule()?,
         })
     })
