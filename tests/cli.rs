@@ -1,12 +1,19 @@
 //! The `smelt` binary: exit codes and what it prints.
 
 use smelt::ir::{HostTensor, TensorData};
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output};
 
 fn smelt(args: &[&str]) -> Output {
+    smelt_env(args, &[])
+}
+
+/// `smelt ARGS…` with the environment variables `env` set.
+fn smelt_env(args: &[&str], env: &[(&str, &OsStr)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_smelt"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("the smelt binary runs")
 }
@@ -23,6 +30,11 @@ const MLP: &str = "%x = input \"x\" : f32[2, 3]\n\
 
 /// `smelt run FILE --inputs INPUTS --out OUT EXTRA…`.
 fn smelt_run(file: &str, inputs: &Path, out: &Path, extra: &[&str]) -> Output {
+    smelt(&run_args(file, inputs, out, extra))
+}
+
+/// The arguments of [`smelt_run`].
+fn run_args<'a>(file: &'a str, inputs: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "run",
         file,
@@ -32,7 +44,7 @@ fn smelt_run(file: &str, inputs: &Path, out: &Path, extra: &[&str]) -> Output {
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    smelt(&args)
+    args
 }
 
 fn write(dir: &Path, name: &str, contents: &str) -> String {
@@ -131,12 +143,11 @@ fn machine_schedules_give_the_same_bits_and_a_bad_one_is_an_error() {
     smelt::io::save_safetensors(&inp, [("x", &x)]).unwrap();
     let cache = dir.path().join("cache");
     let with = |schedule: &str, args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_smelt"))
-            .args(args)
-            .env("SMELT_MACHINE_SCHEDULE", schedule)
-            .env("SMELT_CACHE_DIR", &cache)
-            .output()
-            .expect("the smelt binary runs")
+        let env = [
+            ("SMELT_MACHINE_SCHEDULE", OsStr::new(schedule)),
+            ("SMELT_CACHE_DIR", cache.as_os_str()),
+        ];
+        smelt_env(args, &env)
     };
     let mut asm = vec![];
     let mut ys = vec![];
@@ -150,17 +161,10 @@ fn machine_schedules_give_the_same_bits_and_a_bad_one_is_an_error() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         asm.push(std::fs::read_to_string(emitted.join("kernels.s")).unwrap());
         let outp = dir.path().join(format!("{schedule}.safetensors"));
-        let args = [
-            "run",
-            &file,
-            "--inputs",
-            inp.to_str().unwrap(),
-            "--out",
-            outp.to_str().unwrap(),
-            "--device",
-            "cpu",
-        ];
-        let out = with(schedule, &args);
+        let out = with(
+            schedule,
+            &run_args(&file, &inp, &outp, &["--device", "cpu"]),
+        );
         assert!(out.status.success(), "{}", text(&out.stderr));
         let y = smelt::io::load_safetensors(&outp).unwrap()["y"].to_f32_vec();
         ys.push(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
@@ -405,11 +409,10 @@ fn cache_stats_and_clear() {
     let key = CacheKey::new(target, b"__global__ void k() {}", &[], "nvrtc-test");
     cache.insert(&key, b"cubin bytes");
     let run = |action: &str| {
-        Command::new(env!("CARGO_BIN_EXE_smelt"))
-            .args(["cache", action])
-            .env("SMELT_CACHE_DIR", dir.path())
-            .output()
-            .unwrap()
+        smelt_env(
+            &["cache", action],
+            &[("SMELT_CACHE_DIR", dir.path().as_os_str())],
+        )
     };
     let stats = run("stats");
     assert!(stats.status.success(), "{}", text(&stats.stderr));
@@ -445,13 +448,11 @@ fn cache_prune_keeps_the_most_recently_used_within_the_size_given() {
         .unwrap();
     f.set_modified(two_hours_ago).unwrap();
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_smelt"))
-            .arg("cache")
-            .args(args)
-            .env("SMELT_CACHE_DIR", dir.path())
-            .env("SMELT_CACHE_MAX_SIZE", "1G")
-            .output()
-            .unwrap()
+        let env = [
+            ("SMELT_CACHE_DIR", dir.path().as_os_str()),
+            ("SMELT_CACHE_MAX_SIZE", OsStr::new("1G")),
+        ];
+        smelt_env(&[&["cache"], args].concat(), &env)
     };
     let stats = text(&run(&["stats"]).stdout);
     assert!(stats.contains("size limit: 1073741824 bytes"), "{stats}");
