@@ -10,8 +10,9 @@
 //! The `compile-<case>` groups time a fused CPU compile with the case's weights bound, for the
 //! cases with weight matrices (the MLP and the encoder layer), from the in-process kernel
 //! cache: what is left is planning and the copies of the weights that linear layers read
-//! packed. `default` packs them for the panel kernel (AVX-512, up to 128 rows), `gemm-crate`
-//! for the `gemm` crate, as on a CPU without AVX-512 or for more than 128 tokens.
+//! packed. `default` packs them for the panel kernel (AVX-512F, or AVX2 and FMA; up to 128
+//! rows), `gemm-crate` for the `gemm` crate, as on a CPU without either or for more than 128
+//! tokens.
 //! `cargo bench --bench cases -- compile` runs only these.
 //!
 //! The `weights-<case>` groups run the same cases fused on the CPU with the weights bound at

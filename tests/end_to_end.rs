@@ -319,7 +319,8 @@ fn cpu_codegen_options_change_no_value() {
 /// `Options::gemm_panel_max_rows` reaches the CPU runtime: a 128-token linear layer (its
 /// weight a bound parameter read transposed, as `F.linear` does) runs on the panel kernel by
 /// default, whose every output is, bit for bit, one `f32::mul_add` chain over `k` from +0
-/// (checked where the CPU has AVX-512, which that kernel needs), and with the limit at 64 on
+/// (checked where the CPU has AVX-512F, or AVX2 and FMA, which that kernel needs), and with
+/// the limit at 64 on
 /// the `gemm` crate, whose blocked sums over `k = 768` round some elements differently; both
 /// stay within f32 rounding of an f64 oracle.
 #[test]
@@ -365,7 +366,11 @@ fn gemm_panel_rows_choose_the_kernel_of_a_linear_layer() {
     };
     let (panel, gemm) = (run(None), run(Some(64)));
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    let panel_kernel = std::arch::is_x86_feature_detected!("avx512f")
+        || (std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"));
+    #[cfg(target_arch = "x86_64")]
+    if panel_kernel {
         // `gemm` sums a contraction this long in blocks: some element rounds differently.
         assert!(
             panel != gemm,
@@ -388,7 +393,7 @@ fn gemm_panel_rows_choose_the_kernel_of_a_linear_layer() {
             );
         }
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if panel_kernel {
             let chain = a
                 .iter()
                 .zip(b)

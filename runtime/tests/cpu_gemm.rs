@@ -307,21 +307,39 @@ fn tiled_products_match_the_reference_for_every_pool_size() {
     }
 }
 
-/// f32 products of at most `PANEL_MAX_ROWS` rows run on the panel kernel where the CPU has
-/// AVX-512 (ragged micro-tiles of rows and masked partial panels of columns, operands
-/// transposed through strides, contractions longer than one pass over the panels, 256);
-/// they match the reference, give the same bits on every pool size, and the same bits again
-/// with the right operand packed in panels beforehand (`MatmulPlan::panel_rhs`, what bound
-/// weights get), which is refused when too short. On the panel kernel every element is,
-/// bit for bit, one `f32::mul_add` chain over `k` in increasing order from +0 (its
-/// documented order).
+/// Whether this CPU runs the panel kernel: AVX-512F, or AVX2 and FMA (x86-64).
+fn panel_kernel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            || (std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// f32 products of at most `PANEL_MAX_ROWS` rows run on the panel kernel (ragged micro-tiles
+/// of rows and masked partial panels of columns, operands transposed through strides,
+/// contractions longer than one pass over the panels, 256): with the right operand as given
+/// where the CPU has AVX-512F, and packed in panels beforehand (`MatmulPlan::panel_rhs`, what
+/// bound weights get) where it has AVX-512F, or AVX2 and FMA. Either way they match the
+/// reference and give the same bits on every pool size; a packed operand too short is
+/// refused. On the panel kernel every element is, bit for bit, one `f32::mul_add` chain over
+/// `k` in increasing order from +0 (its documented order), so AVX-512 and AVX2 CPUs give the
+/// same bits.
 #[test]
 fn few_row_f32_products_run_on_the_panel_kernel() {
+    let panels = panel_kernel();
     #[cfg(target_arch = "x86_64")]
     let avx512 = std::arch::is_x86_feature_detected!("avx512f");
     #[cfg(not(target_arch = "x86_64"))]
     let avx512 = false;
-    println!("few_row_f32_products_run_on_the_panel_kernel: AVX-512F {avx512}");
+    println!(
+        "few_row_f32_products_run_on_the_panel_kernel: panel kernel {panels}, AVX-512F {avx512}"
+    );
     let plan = |m: usize, k: usize, n: usize| {
         MatmulPlan::new(
             DType::F32,
@@ -331,8 +349,13 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
         .unwrap()
     };
     assert_eq!(PANEL_MAX_ROWS, 128);
+    // Operands as given: on the panel kernel with AVX-512F only.
     assert_eq!(plan(128, 8, 8).uses_panels(), avx512);
+    let mut packed_plan = plan(128, 8, 8);
+    assert_eq!(packed_plan.panel_rhs(1).is_ok(), panels);
+    assert_eq!(packed_plan.uses_panels(), panels);
     assert!(!plan(129, 8, 8).uses_panels());
+    assert!(plan(129, 8, 8).panel_rhs(1).is_err());
     assert!(!MatmulPlan::new(
         DType::F64,
         &MatmulOperand::contiguous(&[4, 8]),
@@ -361,28 +384,28 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
                 seed += 2;
                 let a = tensor(DType::F32, &stored(&[m, k], ta), seed);
                 let b = tensor(DType::F32, &stored(&[k, n], tb), seed + 1);
-                let mut first = None;
+                let (TensorData::F32(av), TensorData::F32(bv)) = (a.data(), b.data()) else {
+                    unreachable!()
+                };
+                // The documented order: one fused multiply-add chain per element.
+                let at = |i: usize, p: usize| if ta { av[p * m + i] } else { av[i * k + p] };
+                let bt = |p: usize, j: usize| if tb { bv[j * k + p] } else { bv[p * n + j] };
+                let chain: Vec<u8> = (0..m * n)
+                    .flat_map(|e| {
+                        let (i, j) = (e / n, e % n);
+                        (0..k)
+                            .fold(0f32, |acc, p| at(i, p).mul_add(bt(p, j), acc))
+                            .to_le_bytes()
+                    })
+                    .collect();
                 if avx512 {
-                    // The documented order: one fused multiply-add chain per element.
-                    let (TensorData::F32(av), TensorData::F32(bv)) = (a.data(), b.data()) else {
-                        unreachable!()
-                    };
-                    let at = |i: usize, p: usize| if ta { av[p * m + i] } else { av[i * k + p] };
-                    let bt = |p: usize, j: usize| if tb { bv[j * k + p] } else { bv[p * n + j] };
-                    let want: Vec<u8> = (0..m * n)
-                        .flat_map(|e| {
-                            let (i, j) = (e / n, e % n);
-                            (0..k)
-                                .fold(0f32, |acc, p| at(i, p).mul_add(bt(p, j), acc))
-                                .to_le_bytes()
-                        })
-                        .collect();
                     let got = matmul_host(&pools[1], &a, ta, &b, tb).unwrap();
                     assert!(
-                        got.into_data().to_le_bytes() == want,
+                        got.into_data().to_le_bytes() == chain,
                         "{m}x{k}x{n} (ta {ta}, tb {tb}): not the fused multiply-add chain"
                     );
                 }
+                let mut first = None;
                 for pool in &pools {
                     check(pool, &a, ta, &b, tb);
                     let bits = matmul_host(pool, &a, ta, &b, tb)
@@ -396,33 +419,22 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
                         pool.threads()
                     );
                 }
-                if ta || tb || !avx512 {
+                if ta || tb || !panels {
                     continue;
                 }
-                // The right operand packed in panels: the same bits, red zone untouched.
-                let TensorData::F32(av) = a.data() else {
-                    unreachable!()
-                };
-                let TensorData::F32(bv) = b.data() else {
-                    unreachable!()
-                };
+                // The right operand packed in panels: the chain's bits, red zone untouched.
                 for pool in &pools {
-                    let plain = plan(m, k, n);
-                    let mut want = vec![0f32; m * n];
-                    plain.run(pool, av, bv, &mut want).unwrap();
-                    let mut packed_plan = plain.clone();
+                    let mut packed_plan = plan(m, k, n);
                     packed_plan.panel_rhs(pool.threads()).unwrap();
                     let packed = packed_plan
                         .pack_panels(pool.threads(), bv, 0, [n, 1])
                         .unwrap();
                     let mut got = vec![f32::NAN; m * n + 40];
                     packed_plan.run(pool, av, &packed, &mut got).unwrap();
+                    let bits: Vec<u8> = got[..m * n].iter().flat_map(|v| v.to_le_bytes()).collect();
                     assert!(
-                        got[..m * n]
-                            .iter()
-                            .zip(&want)
-                            .all(|(g, w)| g.to_bits() == w.to_bits()),
-                        "{m}x{k}x{n}, {} threads: packed and plain differ",
+                        bits == chain,
+                        "{m}x{k}x{n}, {} threads: packed, not the fused multiply-add chain",
                         pool.threads()
                     );
                     assert!(got[m * n..].iter().all(|v| v.is_nan()), "red zone");
@@ -449,12 +461,9 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
 /// depend on how many threads packed it. A buffer too short for the strides is a typed error.
 #[test]
 fn packed_panels_have_the_documented_layout() {
-    #[cfg(target_arch = "x86_64")]
-    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx512 = false;
-    if !avx512 {
-        println!("skipped: no AVX-512F, so no panel kernel");
+    let panels = panel_kernel();
+    if !panels {
+        println!("skipped: neither AVX-512F nor AVX2 and FMA, so no panel kernel");
         return;
     }
     for (m, k, n) in [

@@ -62,8 +62,9 @@ pub struct CpuOptions {
     pub threads: usize,
     /// Bytes of poisoned red zone after every arena buffer (tests; disables reuse).
     pub red_zone: usize,
-    /// f32 matrix products of at most this many rows run on smelt's AVX-512 panel kernel
-    /// (`MatmulPlan::with_panel_max_rows`), the rest on the `gemm` crate. `None`:
+    /// f32 matrix products of at most this many rows run on smelt's panel kernel (AVX-512F, or
+    /// AVX2 and FMA for bound weights; `MatmulPlan::with_panel_max_rows`), the rest on the
+    /// `gemm` crate. `None`:
     /// [`PANEL_MAX_ROWS`]. For measuring one against the other;
     /// results differ by rounding only (the two sum in different orders).
     pub panel_max_rows: Option<usize>,
@@ -722,8 +723,8 @@ type Packed = HashMap<
 /// faster (128 x 3072 x 768: about 2.0 ms instead of 3.0 ms on the 2-core development VM).
 /// When the product with left operand `lhs` splits into per-thread column blocks
 /// ([`MatmulPlan::rhs_column_blocks`]), the copy holds each block contiguously instead
-/// ([`MatmulPlan::block_rhs`]); when it runs on the panel kernel (f32, few rows, AVX-512:
-/// [`MatmulPlan::uses_panels`]), each block in that kernel's panels
+/// ([`MatmulPlan::block_rhs`]); when the panel kernel can run it (f32, few rows, AVX-512F or
+/// AVX2 and FMA: [`MatmulPlan::uses_panels`]), each block in that kernel's panels
 /// ([`MatmulPlan::panel_rhs`]).
 /// A copy in panels starts at a 64-byte boundary of its slot (whole-line vector loads: about
 /// 10% faster than 16-byte aligned ones in the panel kernel on the development VM).

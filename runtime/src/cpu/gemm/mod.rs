@@ -24,11 +24,12 @@
 //!   Integer loops split rows across the pool.
 //! - **SIMD.** The `gemm` crate's AVX-512 kernels are compiled in (its `x86-v4` feature) and
 //!   chosen at run time when the CPU has AVX-512; AVX2+FMA kernels otherwise. f32 products of
-//!   at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS) rows run instead on smelt's own AVX-512 panel kernel
-//!   (`panel.rs`) when the CPU has AVX-512F: with so few rows, `gemm`'s per-call packing of
-//!   the right operand costs as much as the arithmetic; bound weights are packed once, at
-//!   compile time, in the kernel's layout ([`MatmulPlan::panel_rhs`]). Each output element is
-//!   then one fused multiply-add chain in `k` order.
+//!   at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS) rows run instead on smelt's own
+//!   panel kernel (`panel.rs`) when the CPU has AVX-512F, or has AVX2 and FMA and the right
+//!   operand is a bound weight: with so few rows, `gemm`'s per-call packing of the right
+//!   operand costs as much as the arithmetic; bound weights are packed once, at compile
+//!   time, in the kernel's layout ([`MatmulPlan::panel_rhs`]). Each output element is then
+//!   one fused multiply-add chain in `k` order, the same bits on both instruction sets.
 //! - **Accuracy.** `gemm` accumulates in f32 (f32, f16, bf16) or f64 in a
 //!   blocked order, like PyTorch's GEMMs; the reference interpreter accumulates in f64. The
 //!   difference is bounded by `γ_k · Σ_p |a_ip · b_pj|` with `γ_k ≈ k · 2⁻²⁴` for f32 (see
@@ -219,24 +220,35 @@ impl MatmulPlan {
 
     /// Whether this product runs on the panel kernel (`panel.rs`): one f32 matrix product (no
     /// batch dims: a linear layer) with at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS)
-    /// rows (or [`MatmulPlan::with_panel_max_rows`]'s), on a CPU with AVX-512F. (Batched
-    /// products, attention's, are small per batch; `gemm` runs them faster.)
+    /// rows (or [`MatmulPlan::with_panel_max_rows`]'s), on a CPU with AVX-512F, or with AVX2
+    /// and FMA when its right operand is packed ahead ([`MatmulPlan::panel_rhs`]: a bound
+    /// weight). Without AVX-512F the kernel's per-call copy of a right operand into panels
+    /// has no in-register transpose, and with weights given at run time `gemm` was as fast or
+    /// faster (BENCHMARKS.md). (Batched products, attention's, are small per batch; `gemm`
+    /// runs them faster.)
     pub fn uses_panels(&self) -> bool {
+        self.panel_shape() && (self.rhs_panels || panel::packs_in_registers())
+    }
+
+    /// Whether the panel kernel can take this product: f32, no batch dims, at most
+    /// `panel_max_rows` rows, a CPU it runs on.
+    fn panel_shape(&self) -> bool {
         self.dtype == DType::F32
             && self.batch_dims.is_empty()
             && self.m <= self.panel_max_rows
             && panel::available()
     }
 
-    /// Declares the right operand, a row-major `[k, n]` matrix of a product that
-    /// [`uses_panels`](Self::uses_panels), stored instead as [`MatmulPlan::pack_panels`]
+    /// Declares the right operand, a row-major `[k, n]` matrix of a product the panel kernel
+    /// can take (see [`uses_panels`](Self::uses_panels)), stored instead as
+    /// [`MatmulPlan::pack_panels`]
     /// writes it for a pool of `threads` threads: each column block of
     /// [`MatmulPlan::rhs_column_blocks`] (or all columns, when the product is not split) in
     /// the panel kernel's layout, block after block. The values read are the same, and so is
     /// every bit of the product (see `panel.rs`). Running the plan on a pool of another size
     /// is an error. Fails (leaves the plan as it was) for any other product.
     pub fn panel_rhs(&mut self, threads: usize) -> Result<()> {
-        if !self.rhs_row_major() || !self.uses_panels() {
+        if !self.rhs_row_major() || !self.panel_shape() {
             return Err(self.not_storable("in panels".into()));
         }
         self.rhs_blocked = self.rhs_column_blocks(threads).map(|_| threads);

@@ -1,6 +1,7 @@
-//! Few-row f32 products on AVX-512: the "panel" kernel behind [`MatmulPlan`](super::MatmulPlan)
-//! for single f32 matrix products of at most [`PANEL_MAX_ROWS`] rows (a linear layer applied
-//! to a few tokens; batched products such as attention's stay with `gemm`).
+//! Few-row f32 products on AVX-512, and on AVX2 with FMA: the "panel" kernel behind
+//! [`MatmulPlan`](super::MatmulPlan) for single f32 matrix products of at most
+//! [`PANEL_MAX_ROWS`] rows (a linear layer applied to a few tokens; batched products such as
+//! attention's stay with `gemm`).
 //!
 //! With few rows, each panel of the right operand that `gemm` packs is used by few rows, so the
 //! packing (a read and a write of the whole weight on every call) costs as much as the
@@ -19,6 +20,15 @@
 //! MLP and encoder-layer cases of `smelt bench` (with the packed weights 64-byte aligned, see
 //! `cpu/exec.rs`); larger products stay with `gemm`.
 //!
+//! **AVX2.** Where the CPU has AVX2 and FMA but not AVX-512F, the same packed panels are read
+//! by [`avx2`]'s micro-tiles (6 rows by one 16-column panel, in 12 `ymm` accumulators), for
+//! right operands packed ahead only (bound weights; [`packs_in_registers`]): the per-call
+//! copy has no in-register transpose there, and with weights given at run time `gemm` was as
+//! fast or faster (a 32 x 768 x 768 product 19% slower on the panel kernel). With bound
+//! weights, on the AMD EPYC Zen 3 VM (2 cores, AVX2), the MLP and encoder-layer cases of
+//! `smelt bench` ran 1.09–1.17x as fast as on `gemm` (`--compare gemm-panel-rows`,
+//! BENCHMARKS.md).
+//!
 //! **Order of accumulation:** every output element is one fused multiply-add chain over `k`
 //! in increasing order, starting from +0. It depends neither on the tiling, the thread count
 //! nor on whether the right operand was packed, so results are bitwise identical across pool
@@ -33,17 +43,44 @@ pub(super) const PANEL: usize = 16;
 pub(super) const PAIR: usize = 2 * PANEL;
 /// Rows per micro-tile (24 accumulators, 2 panel vectors and broadcasts fit in 32 registers).
 const MR: usize = 12;
-/// Products with at most this many rows use the panel kernel (where the CPU has AVX-512).
+/// Products with at most this many rows use the panel kernel (where the CPU runs it: with
+/// AVX-512F, or with AVX2 and FMA for bound weights).
 /// 128 since the seventeenth session (64 before): a BERT layer's 128-token linear layers run
 /// about 5% faster here than on `gemm`, whose per-call packing of the weight they then skip
 /// (`smelt bench --compare gemm-panel-rows`, BENCHMARKS.md).
 pub const PANEL_MAX_ROWS: usize = 128;
 
-/// Whether this CPU runs the panel kernel (x86-64 with AVX-512F).
+/// Whether this CPU runs the panel kernel: x86-64 with AVX-512F ([`avx512`]'s micro-tiles),
+/// or with AVX2 and FMA ([`avx2`]'s).
 pub(super) fn available() -> bool {
+    avx512_available() || avx2_available()
+}
+
+/// Whether this CPU packs right operands into panels with in-register transposes
+/// (AVX-512F), fast enough to do on every call for weights given at run time.
+pub(super) fn packs_in_registers() -> bool {
+    avx512_available()
+}
+
+/// Whether this CPU has AVX-512F: the panel kernel's 512-bit micro-tiles, and the in-register
+/// transposes that pack panels.
+fn avx512_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU has AVX2 and FMA: the panel kernel's 256-bit micro-tiles (used where
+/// AVX-512F is missing).
+fn avx2_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -127,7 +164,7 @@ pub(super) unsafe fn fill_panel_strided(
     cs: isize,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if (rs == 1 || cs == 1) && available() {
+    if (rs == 1 || cs == 1) && avx512_available() {
         // SAFETY: AVX-512F is available, rows or columns are contiguous; the caller's promise
         // covers the reads.
         unsafe { avx512::fill_panel_contiguous(panel, k, first, end, ptr, (rs, cs)) };
@@ -156,7 +193,7 @@ pub(crate) unsafe fn transpose_tile(
     ds: usize,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if available() && rows <= PANEL && cols <= PANEL {
+    if avx512_available() && rows <= PANEL && cols <= PANEL {
         // SAFETY: AVX-512F is available; the caller's promise covers the accesses (only `cols`
         // elements of each row are stored).
         unsafe { avx512::transpose_tile(src, cs, rows, cols, dst, ds, false) };
@@ -213,9 +250,13 @@ pub(super) unsafe fn tile(
     ldc: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: forwarded contract (AVX-512F is available).
-    unsafe {
-        avx512::tile(a, ars, acs, rows, k, rhs, cols, c, ldc)
+    if avx512_available() {
+        // SAFETY: forwarded contract, AVX-512F is available.
+        unsafe { avx512::tile(a, ars, acs, rows, k, rhs, cols, c, ldc) }
+    } else {
+        // SAFETY: forwarded contract; `available()` is true without AVX-512F, so AVX2 and
+        // FMA are available.
+        unsafe { avx2::tile(a, ars, acs, rows, k, rhs, cols, c, ldc) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -498,6 +539,158 @@ mod avx512 {
             unsafe {
                 _mm512_mask_storeu_ps(c.add(r * ldc), m0, acc0[r]);
                 _mm512_mask_storeu_ps(c.add(r * ldc + PANEL), m1, acc1[r]);
+            }
+        }
+    }
+}
+
+/// The panel kernel on CPUs with AVX2 and FMA but not AVX-512F: the same packed panels
+/// (`[k][16]`, in pairs), read as two 256-bit vectors per panel row; a micro-tile is up to
+/// [`avx2::MR`] rows by one panel (16 columns) in 12 `ymm` accumulators, which with the two
+/// panel vectors and a broadcast fill 15 of the 16 registers. Each output element is the same
+/// fused multiply-add chain over `k` as on AVX-512, so both give the same bits.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Rhs, PAIR, PANEL};
+    use std::arch::x86_64::*;
+
+    /// Rows per micro-tile.
+    pub(super) const MR: usize = 6;
+
+    /// See [`super::tile`] (AVX2 and FMA instead of AVX-512F).
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tile(
+        a: *const f32,
+        ars: isize,
+        acs: isize,
+        rows: usize,
+        k: usize,
+        rhs: Rhs,
+        cols: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let mut scratch: Vec<f32> = Vec::new();
+        for pair in 0..cols.div_ceil(PAIR) {
+            let first = pair * PAIR;
+            let p0 = match rhs {
+                // SAFETY: pair `pair` of the packed block (the caller's promise).
+                Rhs::Panels(p) => unsafe { p.add(pair * 2 * k * PANEL) },
+                Rhs::Strided { ptr, rs, cs } => {
+                    scratch.clear();
+                    let pair_cols = first..(first + PAIR).min(cols);
+                    // SAFETY: rows below `k`, columns below `cols`: readable (the caller's
+                    // promise).
+                    unsafe { super::pack_strided(&mut scratch, k, pair_cols, ptr, rs, cs) };
+                    scratch.as_ptr()
+                }
+            };
+            // Packed panels: while the first row block of each panel reads it (from memory,
+            // the later ones find it in cache), prefetch the same panel of the next pair.
+            let next = match rhs {
+                // A hint only, never dereferenced: pair `pair + 1` exists (`first + 32 <
+                // cols`).
+                Rhs::Panels(p) if first + PAIR < cols => {
+                    Some(p.wrapping_add((pair + 1) * 2 * k * PANEL))
+                }
+                _ => None,
+            };
+            let valid = (cols - first).min(PAIR);
+            for h in 0..2 {
+                let width = valid.saturating_sub(h * PANEL).min(PANEL);
+                if width == 0 {
+                    break;
+                }
+                // SAFETY: panel `h` of the pair, `k * 16` elements from `p0 + h * k * 16`.
+                let panel = unsafe { p0.add(h * k * PANEL) };
+                let pf = next.map(|p| p.wrapping_add(h * k * PANEL));
+                let mut r0 = 0;
+                while r0 < rows {
+                    let r = (rows - r0).min(MR);
+                    let pf = if r0 == 0 { pf } else { None };
+                    // SAFETY: rows `r0..r0 + r` of `a` and `c`, the panel's `width` columns
+                    // of `c`.
+                    unsafe {
+                        let at = a.offset(r0 as isize * ars);
+                        let ct = c.add(r0 * ldc + first + h * PANEL);
+                        let p = Panel { p: panel, k, pf };
+                        match r {
+                            6 => micro::<6>(at, ars, acs, p, ct, ldc, width),
+                            5 => micro::<5>(at, ars, acs, p, ct, ldc, width),
+                            4 => micro::<4>(at, ars, acs, p, ct, ldc, width),
+                            3 => micro::<3>(at, ars, acs, p, ct, ldc, width),
+                            2 => micro::<2>(at, ars, acs, p, ct, ldc, width),
+                            _ => micro::<1>(at, ars, acs, p, ct, ldc, width),
+                        }
+                    }
+                    r0 += r;
+                }
+            }
+        }
+    }
+
+    /// The `k`-row panel a micro-tile reads, and the one to prefetch.
+    #[derive(Clone, Copy)]
+    struct Panel {
+        p: *const f32,
+        k: usize,
+        pf: Option<*const f32>,
+    }
+
+    /// `R` rows by one panel: `c[r][j] = Σ_i a[r][i] · p(i, j)` for `j < width`.
+    ///
+    /// # Safety
+    /// Called from [`tile`] only (AVX2 and FMA enabled): `a` addresses `R` rows of `k`
+    /// readable elements, the panel `k * 16` readable elements, `c` `R` rows (`ldc` apart) of
+    /// `width` (at most 16) writable elements.
+    #[inline(always)]
+    unsafe fn micro<const R: usize>(
+        a: *const f32,
+        ars: isize,
+        acs: isize,
+        p: Panel,
+        c: *mut f32,
+        ldc: usize,
+        width: usize,
+    ) {
+        let Panel { p, k, pf } = p;
+        let mut acc0 = [_mm256_setzero_ps(); R];
+        let mut acc1 = [_mm256_setzero_ps(); R];
+        for i in 0..k {
+            if let Some(f) = pf {
+                // A hint only: one line of the next pair's panel.
+                _mm_prefetch::<_MM_HINT_T0>(f.wrapping_add(i * PANEL).cast());
+            }
+            // SAFETY (this block): row `i` of the panel and element `i` of rows `0..R` of
+            // `a`, inside what the caller of `tile` guarantees readable.
+            unsafe {
+                let b0 = _mm256_loadu_ps(p.add(i * PANEL));
+                let b1 = _mm256_loadu_ps(p.add(i * PANEL + 8));
+                for r in 0..R {
+                    let x = _mm256_set1_ps(*a.offset(r as isize * ars + i as isize * acs));
+                    acc0[r] = _mm256_fmadd_ps(x, b0, acc0[r]);
+                    acc1[r] = _mm256_fmadd_ps(x, b1, acc1[r]);
+                }
+            }
+        }
+        // Lanes `j` below `n`: all ones.
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let below = |n: usize| _mm256_cmpgt_epi32(_mm256_set1_epi32(n.min(8) as i32), lanes);
+        for r in 0..R {
+            // SAFETY: row `r` of the tile's output, its first `width` columns only (the
+            // masked stores touch no other element).
+            unsafe {
+                let row = c.add(r * ldc);
+                if width == PANEL {
+                    _mm256_storeu_ps(row, acc0[r]);
+                    _mm256_storeu_ps(row.add(8), acc1[r]);
+                } else {
+                    _mm256_maskstore_ps(row, below(width), acc0[r]);
+                    if width > 8 {
+                        _mm256_maskstore_ps(row.add(8), below(width - 8), acc1[r]);
+                    }
+                }
             }
         }
     }
