@@ -265,6 +265,42 @@ pub(super) unsafe fn tile(
     }
 }
 
+/// The first of the two panels of pair `pair` (columns `32 pair ..`) of a tile's right
+/// operand, packed into `scratch` first when the operand is strided, and, for a packed
+/// operand with a pair after this one, that pair's first panel: while the first row block
+/// reads this pair (from memory; the later ones find it in cache), the kernels prefetch the
+/// next (a hint only: that pointer is never dereferenced).
+///
+/// # Safety
+/// [`tile`]'s contract for `rhs`, `k` and `cols`; `pair < cols.div_ceil(32)`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn pair_panels(
+    rhs: Rhs,
+    pair: usize,
+    k: usize,
+    cols: usize,
+    scratch: &mut Vec<f32>,
+) -> (*const f32, Option<*const f32>) {
+    let first = pair * PAIR;
+    let p0 = match rhs {
+        // SAFETY: pair `pair` of the packed block (the caller's promise).
+        Rhs::Panels(p) => unsafe { p.add(pair * 2 * k * PANEL) },
+        Rhs::Strided { ptr, rs, cs } => {
+            scratch.clear();
+            let pair_cols = first..(first + PAIR).min(cols);
+            // SAFETY: rows below `k`, columns below `cols`: readable (the caller's promise).
+            unsafe { pack_strided(scratch, k, pair_cols, ptr, rs, cs) };
+            scratch.as_ptr()
+        }
+    };
+    let next = match rhs {
+        Rhs::Panels(p) if first + PAIR < cols => Some(p.wrapping_add((pair + 1) * 2 * k * PANEL)),
+        _ => None,
+    };
+    (p0, next)
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{Rhs, MR, PAIR, PANEL};
@@ -419,29 +455,10 @@ mod avx512 {
         let mut scratch: Vec<f32> = Vec::new();
         for pair in 0..cols.div_ceil(PAIR) {
             let first = pair * PAIR;
-            let p0 = match rhs {
-                // SAFETY: pair `pair` of the packed block (the caller's promise).
-                Rhs::Panels(p) => unsafe { p.add(pair * 2 * k * PANEL) },
-                Rhs::Strided { ptr, rs, cs } => {
-                    scratch.clear();
-                    let pair_cols = first..(first + PAIR).min(cols);
-                    // SAFETY: rows below `k`, columns below `cols`: readable (the caller's
-                    // promise).
-                    unsafe { super::pack_strided(&mut scratch, k, pair_cols, ptr, rs, cs) };
-                    scratch.as_ptr()
-                }
-            };
+            // SAFETY: forwarded contract of `tile`.
+            let (p0, next) = unsafe { super::pair_panels(rhs, pair, k, cols, &mut scratch) };
             // SAFETY: the second panel of the pair, `k * 16` elements after the first.
             let p1 = unsafe { p0.add(k * PANEL) };
-            // Packed panels: while the first row block reads this pair (from memory, the
-            // later ones find it in cache), prefetch the next pair.
-            let next = match rhs {
-                Rhs::Panels(p) if first + PAIR < cols => {
-                    // SAFETY: pair `pair + 1` exists (`first + 32 < cols`).
-                    Some(unsafe { p.add((pair + 1) * 2 * k * PANEL) })
-                }
-                _ => None,
-            };
             let valid = (cols - first).min(PAIR);
             let m0: __mmask16 = if valid >= PANEL {
                 0xffff
@@ -574,28 +591,9 @@ mod avx2 {
         let mut scratch: Vec<f32> = Vec::new();
         for pair in 0..cols.div_ceil(PAIR) {
             let first = pair * PAIR;
-            let p0 = match rhs {
-                // SAFETY: pair `pair` of the packed block (the caller's promise).
-                Rhs::Panels(p) => unsafe { p.add(pair * 2 * k * PANEL) },
-                Rhs::Strided { ptr, rs, cs } => {
-                    scratch.clear();
-                    let pair_cols = first..(first + PAIR).min(cols);
-                    // SAFETY: rows below `k`, columns below `cols`: readable (the caller's
-                    // promise).
-                    unsafe { super::pack_strided(&mut scratch, k, pair_cols, ptr, rs, cs) };
-                    scratch.as_ptr()
-                }
-            };
-            // Packed panels: while the first row block of each panel reads it (from memory,
-            // the later ones find it in cache), prefetch the same panel of the next pair.
-            let next = match rhs {
-                // A hint only, never dereferenced: pair `pair + 1` exists (`first + 32 <
-                // cols`).
-                Rhs::Panels(p) if first + PAIR < cols => {
-                    Some(p.wrapping_add((pair + 1) * 2 * k * PANEL))
-                }
-                _ => None,
-            };
+            // SAFETY: forwarded contract of `tile`. The first row block of each panel
+            // prefetches the same panel of the next pair.
+            let (p0, next) = unsafe { super::pair_panels(rhs, pair, k, cols, &mut scratch) };
             let valid = (cols - first).min(PAIR);
             for h in 0..2 {
                 let width = valid.saturating_sub(h * PANEL).min(PANEL);
