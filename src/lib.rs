@@ -141,8 +141,8 @@ pub struct Options {
     /// same either way.
     pub no_tiled_transposes: bool,
     /// On the CPU: f32 matrix products (linear layers) of at most this many rows run on
-    /// smelt's panel kernel (with AVX-512F; with AVX2 and FMA, for bound weights), with bound
-    /// weights packed for it once at compile time, and larger ones on the `gemm` crate. `None`:
+    /// smelt's panel kernel (with AVX-512F, or AVX2 and FMA), with bound weights packed for it
+    /// once at compile time, and larger ones on the `gemm` crate. `None`:
     /// [`PANEL_MAX_ROWS`](smelt_runtime::cpu::PANEL_MAX_ROWS) (128). For measuring one
     /// against the other; results differ in rounding only (the two sum in different orders).
     pub gemm_panel_max_rows: Option<usize>,

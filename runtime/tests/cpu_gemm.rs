@@ -321,25 +321,19 @@ fn panel_kernel() -> bool {
     }
 }
 
-/// f32 products of at most `PANEL_MAX_ROWS` rows run on the panel kernel (ragged micro-tiles
-/// of rows and masked partial panels of columns, operands transposed through strides,
-/// contractions longer than one pass over the panels, 256): with the right operand as given
-/// where the CPU has AVX-512F, and packed in panels beforehand (`MatmulPlan::panel_rhs`, what
-/// bound weights get) where it has AVX-512F, or AVX2 and FMA. Either way they match the
-/// reference and give the same bits on every pool size; a packed operand too short is
+/// f32 products of at most `PANEL_MAX_ROWS` rows run on the panel kernel where the CPU has
+/// AVX-512F, or AVX2 and FMA (ragged micro-tiles of rows and masked partial panels of
+/// columns, operands transposed through strides, contractions longer than one pass over the
+/// panels, 256), with the right operand as given (copied into panels per call) and packed in
+/// panels beforehand (`MatmulPlan::panel_rhs`, what bound weights get). Either way they match
+/// the reference and give the same bits on every pool size; a packed operand too short is
 /// refused. On the panel kernel every element is, bit for bit, one `f32::mul_add` chain over
 /// `k` in increasing order from +0 (its documented order), so AVX-512 and AVX2 CPUs give the
 /// same bits.
 #[test]
 fn few_row_f32_products_run_on_the_panel_kernel() {
     let panels = panel_kernel();
-    #[cfg(target_arch = "x86_64")]
-    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx512 = false;
-    println!(
-        "few_row_f32_products_run_on_the_panel_kernel: panel kernel {panels}, AVX-512F {avx512}"
-    );
+    println!("few_row_f32_products_run_on_the_panel_kernel: panel kernel {panels}");
     let plan = |m: usize, k: usize, n: usize| {
         MatmulPlan::new(
             DType::F32,
@@ -349,8 +343,7 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
         .unwrap()
     };
     assert_eq!(PANEL_MAX_ROWS, 128);
-    // Operands as given: on the panel kernel with AVX-512F only.
-    assert_eq!(plan(128, 8, 8).uses_panels(), avx512);
+    assert_eq!(plan(128, 8, 8).uses_panels(), panels);
     let mut packed_plan = plan(128, 8, 8);
     assert_eq!(packed_plan.panel_rhs(1).is_ok(), panels);
     assert_eq!(packed_plan.uses_panels(), panels);
@@ -398,7 +391,7 @@ fn few_row_f32_products_run_on_the_panel_kernel() {
                             .to_le_bytes()
                     })
                     .collect();
-                if avx512 {
+                if panels {
                     let got = matmul_host(&pools[1], &a, ta, &b, tb).unwrap();
                     assert!(
                         got.into_data().to_le_bytes() == chain,

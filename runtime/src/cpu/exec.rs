@@ -63,8 +63,7 @@ pub struct CpuOptions {
     /// Bytes of poisoned red zone after every arena buffer (tests; disables reuse).
     pub red_zone: usize,
     /// f32 matrix products of at most this many rows run on smelt's panel kernel (AVX-512F, or
-    /// AVX2 and FMA for bound weights; `MatmulPlan::with_panel_max_rows`), the rest on the
-    /// `gemm` crate. `None`:
+    /// AVX2 and FMA; `MatmulPlan::with_panel_max_rows`), the rest on the `gemm` crate. `None`:
     /// [`PANEL_MAX_ROWS`]. For measuring one against the other;
     /// results differ by rounding only (the two sum in different orders).
     pub panel_max_rows: Option<usize>,

@@ -25,10 +25,10 @@
 //! - **SIMD.** The `gemm` crate's AVX-512 kernels are compiled in (its `x86-v4` feature) and
 //!   chosen at run time when the CPU has AVX-512; AVX2+FMA kernels otherwise. f32 products of
 //!   at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS) rows run instead on smelt's own
-//!   panel kernel (`panel.rs`) when the CPU has AVX-512F, or has AVX2 and FMA and the right
-//!   operand is a bound weight: with so few rows, `gemm`'s per-call packing of the right
-//!   operand costs as much as the arithmetic; bound weights are packed once, at compile
-//!   time, in the kernel's layout ([`MatmulPlan::panel_rhs`]). Each output element is then
+//!   panel kernel (`panel.rs`) when the CPU has AVX-512F, or AVX2 and FMA: with so few rows,
+//!   `gemm`'s per-call packing of the right operand costs as much as the arithmetic; bound
+//!   weights are packed once, at compile time, in the kernel's layout
+//!   ([`MatmulPlan::panel_rhs`]). Each output element is then
 //!   one fused multiply-add chain in `k` order, the same bits on both instruction sets.
 //! - **Accuracy.** `gemm` accumulates in f32 (f32, f16, bf16) or f64 in a
 //!   blocked order, like PyTorch's GEMMs; the reference interpreter accumulates in f64. The
@@ -221,34 +221,24 @@ impl MatmulPlan {
     /// Whether this product runs on the panel kernel (`panel.rs`): one f32 matrix product (no
     /// batch dims: a linear layer) with at most [`PANEL_MAX_ROWS`](crate::cpu::PANEL_MAX_ROWS)
     /// rows (or [`MatmulPlan::with_panel_max_rows`]'s), on a CPU with AVX-512F, or with AVX2
-    /// and FMA when its right operand is packed ahead ([`MatmulPlan::panel_rhs`]: a bound
-    /// weight). Without AVX-512F the kernel's per-call copy of a right operand into panels
-    /// has no in-register transpose, and with weights given at run time `gemm` was as fast or
-    /// faster (BENCHMARKS.md). (Batched products, attention's, are small per batch; `gemm`
-    /// runs them faster.)
+    /// and FMA. (Batched products, attention's, are small per batch; `gemm` runs them
+    /// faster.)
     pub fn uses_panels(&self) -> bool {
-        self.panel_shape() && (self.rhs_panels || panel::packs_in_registers())
-    }
-
-    /// Whether the panel kernel can take this product: f32, no batch dims, at most
-    /// `panel_max_rows` rows, a CPU it runs on.
-    fn panel_shape(&self) -> bool {
         self.dtype == DType::F32
             && self.batch_dims.is_empty()
             && self.m <= self.panel_max_rows
             && panel::available()
     }
 
-    /// Declares the right operand, a row-major `[k, n]` matrix of a product the panel kernel
-    /// can take (see [`uses_panels`](Self::uses_panels)), stored instead as
-    /// [`MatmulPlan::pack_panels`]
+    /// Declares the right operand, a row-major `[k, n]` matrix of a product that
+    /// [`uses_panels`](Self::uses_panels), stored instead as [`MatmulPlan::pack_panels`]
     /// writes it for a pool of `threads` threads: each column block of
     /// [`MatmulPlan::rhs_column_blocks`] (or all columns, when the product is not split) in
     /// the panel kernel's layout, block after block. The values read are the same, and so is
     /// every bit of the product (see `panel.rs`). Running the plan on a pool of another size
     /// is an error. Fails (leaves the plan as it was) for any other product.
     pub fn panel_rhs(&mut self, threads: usize) -> Result<()> {
-        if !self.rhs_row_major() || !self.panel_shape() {
+        if !self.rhs_row_major() || !self.uses_panels() {
             return Err(self.not_storable("in panels".into()));
         }
         self.rhs_blocked = self.rhs_column_blocks(threads).map(|_| threads);

@@ -21,13 +21,12 @@
 //! `cpu/exec.rs`); larger products stay with `gemm`.
 //!
 //! **AVX2.** Where the CPU has AVX2 and FMA but not AVX-512F, the same packed panels are read
-//! by [`avx2`]'s micro-tiles (6 rows by one 16-column panel, in 12 `ymm` accumulators), for
-//! right operands packed ahead only (bound weights; [`packs_in_registers`]): the per-call
-//! copy has no in-register transpose there, and with weights given at run time `gemm` was as
-//! fast or faster (a 32 x 768 x 768 product 19% slower on the panel kernel). With bound
-//! weights, on the AMD EPYC Zen 3 VM (2 cores, AVX2), the MLP and encoder-layer cases of
-//! `smelt bench` ran 1.09–1.17x as fast as on `gemm` (`--compare gemm-panel-rows`,
-//! BENCHMARKS.md).
+//! by [`avx2`]'s micro-tiles (6 rows by one 16-column panel, in 12 `ymm` accumulators), and
+//! copied per call by 8 x 8 transposes in registers. On the AMD EPYC Zen 3 VM (2 cores,
+//! AVX2), with bound weights the MLP and encoder-layer cases of `smelt bench` ran 1.09–1.17x
+//! as fast as on `gemm` (`--compare gemm-panel-rows`), and with weights given at run time
+//! 128 x 768 x 3072, 128 x 3072 x 768 and 32 x 768 x 768 products 1.05–1.23x (BENCHMARKS.md).
+//! Before the 8 x 8 transposes (an element at a time) the last was 1.19x slower than `gemm`.
 //!
 //! **Order of accumulation:** every output element is one fused multiply-add chain over `k`
 //! in increasing order, starting from +0. It depends neither on the tiling, the thread count
@@ -44,7 +43,7 @@ pub(super) const PAIR: usize = 2 * PANEL;
 /// Rows per micro-tile (24 accumulators, 2 panel vectors and broadcasts fit in 32 registers).
 const MR: usize = 12;
 /// Products with at most this many rows use the panel kernel (where the CPU runs it: with
-/// AVX-512F, or with AVX2 and FMA for bound weights).
+/// AVX-512F, or AVX2 and FMA).
 /// 128 since the seventeenth session (64 before): a BERT layer's 128-token linear layers run
 /// about 5% faster here than on `gemm`, whose per-call packing of the weight they then skip
 /// (`smelt bench --compare gemm-panel-rows`, BENCHMARKS.md).
@@ -56,14 +55,8 @@ pub(super) fn available() -> bool {
     avx512_available() || avx2_available()
 }
 
-/// Whether this CPU packs right operands into panels with in-register transposes
-/// (AVX-512F), fast enough to do on every call for weights given at run time.
-pub(super) fn packs_in_registers() -> bool {
-    avx512_available()
-}
-
-/// Whether this CPU has AVX-512F: the panel kernel's 512-bit micro-tiles, and the in-register
-/// transposes that pack panels.
+/// Whether this CPU has AVX-512F: the panel kernel's 512-bit micro-tiles, and its 16 x 16
+/// in-register transposes for packing panels.
 fn avx512_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -75,8 +68,8 @@ fn avx512_available() -> bool {
     }
 }
 
-/// Whether this CPU has AVX2 and FMA: the panel kernel's 256-bit micro-tiles (used where
-/// AVX-512F is missing).
+/// Whether this CPU has AVX2 and FMA: the panel kernel's 256-bit micro-tiles and 8 x 8
+/// transposes (used where AVX-512F is missing).
 fn avx2_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -145,7 +138,9 @@ unsafe fn pack_strided(
 /// the CPU has AVX-512F: when rows are contiguous (`rs == 1`: a linear layer's `[n, k]` weight
 /// read as `[k, n]`), by 16 x 16 tiles transposed in registers; when columns are (`cs == 1`:
 /// a row-major `[k, n]` operand), by one masked vector copy per panel row
-/// ([`avx512::fill_panel_contiguous`]).
+/// ([`avx512::fill_panel_contiguous`]). Where it has AVX2 instead, the same by 8 x 8 tiles and
+/// two vector copies per row, the ragged edges element by element
+/// ([`avx2::fill_panel_contiguous`]).
 ///
 /// A function of its own, outside the AVX-512 module, on purpose: a closure written inside a
 /// `#[target_feature]` function carries that feature, and a function without it (here
@@ -168,6 +163,13 @@ pub(super) unsafe fn fill_panel_strided(
         // SAFETY: AVX-512F is available, rows or columns are contiguous; the caller's promise
         // covers the reads.
         unsafe { avx512::fill_panel_contiguous(panel, k, first, end, ptr, (rs, cs)) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if (rs == 1 || cs == 1) && avx2_available() {
+        // SAFETY: AVX2 is available, rows or columns are contiguous; the caller's promise
+        // covers the reads.
+        unsafe { avx2::fill_panel_contiguous(panel, k, first, end, ptr, (rs, cs)) };
         return;
     }
     fill_panel(panel, k, first, end, |i, j| {
@@ -570,9 +572,109 @@ mod avx512 {
 mod avx2 {
     use super::{Rhs, PAIR, PANEL};
     use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
 
     /// Rows per micro-tile.
     pub(super) const MR: usize = 6;
+
+    /// [`super::fill_panel`] of the operand whose element `(i, j)` is at
+    /// `ptr + i * rs + j * cs`, where rows or columns are contiguous: with `rs == 1`, each
+    /// whole 8 x 8 tile of the panel by [`transpose8`]; with `cs == 1`, each row of a whole
+    /// group of 8 columns by one vector copy. The rest (the last `k % 8` rows of a transposed
+    /// read, a group of fewer than 8 columns, the zeros past `end`) element by element.
+    ///
+    /// # Safety
+    /// AVX2 is available; `rs == 1` or `cs == 1`; every element with `i < k` and
+    /// `first <= j < end` is readable.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn fill_panel_contiguous(
+        panel: &mut [MaybeUninit<f32>],
+        k: usize,
+        first: usize,
+        end: usize,
+        ptr: *const f32,
+        (rs, cs): (isize, isize),
+    ) {
+        assert_eq!(panel.len(), k * PANEL, "a panel is k x 16");
+        let width = end.saturating_sub(first).min(PANEL);
+        let src = ptr.wrapping_offset(first as isize * cs);
+        let dst = panel.as_mut_ptr().cast::<f32>();
+        // Element `(i, j)` of the panel's columns, `j < width`.
+        let at = |i: usize, j: usize| src.wrapping_offset(i as isize * rs + j as isize * cs);
+        for j0 in [0, 8] {
+            let cols = width.saturating_sub(j0).min(8);
+            let whole_rows = if cols < 8 {
+                0
+            } else if rs == 1 {
+                k / 8 * 8
+            } else {
+                k
+            };
+            if rs == 1 {
+                for i0 in (0..whole_rows).step_by(8) {
+                    // SAFETY: rows `i0..i0 + 8` (below `k`) of columns `j0..j0 + 8` (below
+                    // `width`, so below `end`) are readable, each column's 8 contiguous; the
+                    // panel rows are 16 elements each inside `panel`.
+                    unsafe {
+                        let mut r = [_mm256_setzero_ps(); 8];
+                        for (j, v) in r.iter_mut().enumerate() {
+                            *v = _mm256_loadu_ps(at(i0, j0 + j));
+                        }
+                        for (ii, v) in transpose8(r).iter().enumerate() {
+                            _mm256_storeu_ps(dst.add((i0 + ii) * PANEL + j0), *v);
+                        }
+                    }
+                }
+            } else {
+                for i in 0..whole_rows {
+                    // SAFETY: row `i < k`, columns `j0..j0 + 8` (below `end`), contiguous.
+                    unsafe {
+                        _mm256_storeu_ps(dst.add(i * PANEL + j0), _mm256_loadu_ps(at(i, j0)))
+                    };
+                }
+            }
+            for i in whole_rows..k {
+                for j in j0..j0 + 8 {
+                    // SAFETY: row `i < k`; column `j` read only below `width` (below `end`);
+                    // the panel element is inside `panel`.
+                    unsafe { *dst.add(i * PANEL + j) = if j < width { *at(i, j) } else { 0.0 } };
+                }
+            }
+        }
+    }
+
+    /// The transpose of the 8 x 8 matrix whose row `j` is `r[j]`: row `i` of the result holds
+    /// element `i` of every `r[j]`, in order of `j`. Three rounds of shuffles: 32-bit elements
+    /// of row pairs, 64-bit pairs of those, 128-bit lanes.
+    #[target_feature(enable = "avx2")]
+    fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xee>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xee>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xee>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xee>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ]
+    }
 
     /// See [`super::tile`] (AVX2 and FMA instead of AVX-512F).
     #[target_feature(enable = "avx2,fma")]
