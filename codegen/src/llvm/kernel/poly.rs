@@ -285,10 +285,15 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// `E/(E + 2)` for `E = ehi + elo ≥ 0` (`|elo|` well below `ehi`), to about half an ulp
     /// before the last rounding: `r0 = E·(1/d)` with `d = fl(E + 2)`, then one correction
     /// by the residual `E - r0·(E + 2)`, computed from `d`, `d`'s rounding error `k` (found
-    /// through `d - 2`, which is exact for `d ≥ 1`) and `elo`. The residual's first step is a
-    /// true FMA (`llvm.fma`, a library call on CPUs without one): as a multiply and an add it
-    /// would round away what it measures (1.72 ulp in an exact emulation of that arithmetic);
-    /// every other multiply-add may round twice (1.068 ulp so).
+    /// through `d - 2`, which is exact for `d ≥ 1`) and `elo` as `(ehi - r0·d) + (elo -
+    /// r0·k)`. Its first half is a true FMA (`llvm.fma`, a library call on CPUs without one):
+    /// as a multiply and an add it would round away what it measures (1.72 ulp in an exact
+    /// emulation of that arithmetic); every other multiply-add may round twice (on a target
+    /// without FMA the worst error over every f32 is the same, 1.073 ulp). The two halves
+    /// are computed side by side and then added, where adding `elo` and `-r0·k` to the first
+    /// in turn (until the thirty-ninth session) made the chain one step longer: the
+    /// elementwise chain ran up to 5% faster on AMD Zen 3, and the worst error went from
+    /// 1.066 to 1.073 ulp.
     fn over_plus_two(
         &self,
         ehi: FloatValue<'ctx>,
@@ -303,15 +308,17 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let rc = b.build_float_div(self.k32(1.0), d, "pt.rc")?;
         let r0 = b.build_float_mul(e, rc, "pt.r0")?;
         let nr0 = b.build_float_neg(r0, "pt.nr0")?;
-        let c = self
+        let c1 = self
             .call(
                 "llvm.fma.f32",
                 self.f32t().into(),
                 &[nr0.into(), d.into(), ehi.into()],
             )?
             .into_float_value();
-        let c = b.build_float_add(c, elo, "pt.c1")?;
-        let c = self.fmuladd(nr0, k, c)?;
+        // The residual's two halves side by side, then summed: one step shorter a chain than
+        // adding `elo` and `-r0·k` to the first in turn.
+        let c2 = self.fmuladd(nr0, k, elo)?;
+        let c = b.build_float_add(c1, c2, "pt.c")?;
         self.fmuladd(c, rc, r0)
     }
 
