@@ -444,7 +444,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// [`Emitter::reduce_nan_rule_last`]), a max or min combines without its NaN rule, keeps
     /// the largest magnitude bits each lane saw ([`Self::magnitude_lanes`]: one AND and one
     /// integer max per vector, where comparing for NaN into `<LANES x i1>` took packing
-    /// instructions on AVX2 and made softmax's rows 2–4% slower) and ORs whether one was a
+    /// instructions on AVX2 and made softmax's rows up to 4% slower) and ORs whether one was a
     /// NaN into that slot after the loops.
     fn split_blocks(
         &mut self,
