@@ -564,6 +564,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                         let old = em.b.build_load(seen, "seen")?.into_vector_value();
                         let bits = em.b.build_bit_cast(v, old.get_type(), "vbits")?;
                         let lane_t = old.get_type().get_element_type().into_int_type();
+                        // Every bit but the sign: `|v|`'s bits.
                         let abs =
                             lane_t.const_int(u64::MAX >> (65 - lane_t.get_bit_width()), false);
                         let abs = VectorType::const_vector(&[abs; LANES]);
