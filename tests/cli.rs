@@ -122,7 +122,8 @@ fn run_reads_and_writes_safetensors() {
 
 /// `SMELT_MACHINE_SCHEDULE` orders the CPU kernels' instructions: top down and bottom up give
 /// different code for a long chain (`tanh`, `erf`) and the same bits out; a value it does not
-/// take is an error naming the variable and the values it takes, not a panic.
+/// take (or bytes that are not UTF-8) is an error naming the variable and the values it takes,
+/// not a panic.
 #[cfg(feature = "llvm")]
 #[test]
 fn machine_schedules_give_the_same_bits_and_a_bad_one_is_an_error() {
@@ -184,6 +185,24 @@ fn machine_schedules_give_the_same_bits_and_a_bad_one_is_an_error() {
             && !stderr.contains("panicked"),
         "{stderr}"
     );
+    // Bytes that are not UTF-8: an error too, not the host's choice.
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let env = [
+            ("SMELT_MACHINE_SCHEDULE", OsStr::from_bytes(b"top\xffdown")),
+            ("SMELT_CACHE_DIR", cache.as_os_str()),
+        ];
+        let out = smelt_env(&["explain", &file, "--emit", "asm"], &env);
+        assert!(!out.status.success());
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("SMELT_MACHINE_SCHEDULE=\"top\u{fffd}down\"")
+                && stderr.contains("not valid UTF-8")
+                && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+    }
 }
 
 /// `smelt run --libm-math` computes `exp`/`tanh`/`erf` as the C library does: bit for bit the

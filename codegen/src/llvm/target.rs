@@ -28,7 +28,8 @@ pub(crate) fn init_native() -> Result<()> {
 }
 
 /// This process's [`MachineSchedule`]: [`MACHINE_SCHEDULE_VAR`] when set to other than
-/// `auto`, else [`MachineSchedule::for_cpu`] of the host (computed once).
+/// `auto`, else [`MachineSchedule::for_cpu`] of the host (computed once). A value it does not
+/// take, or one that is not UTF-8, is an error naming the variable.
 fn machine_schedule() -> Result<MachineSchedule> {
     static SCHEDULE: OnceLock<Result<MachineSchedule>> = OnceLock::new();
     SCHEDULE
@@ -46,7 +47,15 @@ fn machine_schedule() -> Result<MachineSchedule> {
                         message,
                     }),
                 },
-                Err(_) => Ok(by_host()),
+                Err(std::env::VarError::NotPresent) => Ok(by_host()),
+                Err(std::env::VarError::NotUnicode(raw)) => Err(LlvmError::Environment {
+                    variable: MACHINE_SCHEDULE_VAR,
+                    value: raw.to_string_lossy().into_owned(),
+                    message: format!(
+                        "not valid UTF-8; expected one of {}, auto",
+                        MachineSchedule::NAMES.join(", ")
+                    ),
+                }),
             }
         })
         .clone()
