@@ -452,7 +452,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         nan_seen: Option<PointerValue<'ctx>>,
     ) -> Result<()> {
         self.b.build_store(s.accv, s.splat)?;
-        let (lane_t, inf_bits) = self.magnitude_lanes(s);
+        let (lane_t, _, inf_bits) = self.magnitude_lanes(s);
         let mag_t = lane_t.vec_type(LANES as u32);
         let lanes_seen = match nan_seen {
             Some(_) => {
@@ -498,14 +498,22 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         Ok(())
     }
 
-    /// The integer lanes of a split reduction's values (`i32` for f32, `i64` for f64) and the
-    /// bits of +inf in one: a value's magnitude bits (its bits without the sign), read as a
-    /// signed integer, exceed them exactly when it is NaN.
-    fn magnitude_lanes(&self, s: &Split<'_, 'ctx>) -> (IntType<'ctx>, u64) {
+    /// The integer lanes of a split reduction's values (`i32` for f32, `i64` for f64), the
+    /// mask of every bit but the sign, and the bits of +inf: a value's magnitude bits (its
+    /// bits under that mask), read as a signed integer, exceed +inf's exactly when it is NaN.
+    fn magnitude_lanes(&self, s: &Split<'_, 'ctx>) -> (IntType<'ctx>, u64, u64) {
         if s.splat.get_type().get_element_type() == self.ctx.f64_type().into() {
-            (self.ctx.i64_type(), f64::INFINITY.to_bits())
+            (
+                self.ctx.i64_type(),
+                i64::MAX as u64,
+                f64::INFINITY.to_bits(),
+            )
         } else {
-            (self.ctx.i32_type(), u64::from(f32::INFINITY.to_bits()))
+            (
+                self.ctx.i32_type(),
+                i32::MAX as u64,
+                u64::from(f32::INFINITY.to_bits()),
+            )
         }
     }
 
@@ -563,11 +571,8 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     if let Some(seen) = lanes_seen {
                         let old = em.b.build_load(seen, "seen")?.into_vector_value();
                         let bits = em.b.build_bit_cast(v, old.get_type(), "vbits")?;
-                        let lane_t = old.get_type().get_element_type().into_int_type();
-                        // Every bit but the sign: `|v|`'s bits.
-                        let abs =
-                            lane_t.const_int(u64::MAX >> (65 - lane_t.get_bit_width()), false);
-                        let abs = VectorType::const_vector(&[abs; LANES]);
+                        let (lane_t, abs, _) = em.magnitude_lanes(s);
+                        let abs = VectorType::const_vector(&[lane_t.const_int(abs, false); LANES]);
                         let mag = em.b.build_and(bits.into_vector_value(), abs, "vmag")?;
                         let more =
                             em.b.build_int_compare(IntPredicate::SGT, mag, old, "more")?;
