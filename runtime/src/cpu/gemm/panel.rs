@@ -159,18 +159,19 @@ pub(super) unsafe fn fill_panel_strided(
     cs: isize,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if (rs == 1 || cs == 1) && avx512_available() {
-        // SAFETY: AVX-512F is available, rows or columns are contiguous; the caller's promise
-        // covers the reads.
-        unsafe { avx512::fill_panel_contiguous(panel, k, first, end, ptr, (rs, cs)) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if (rs == 1 || cs == 1) && avx2_available() {
-        // SAFETY: AVX2 is available, rows or columns are contiguous; the caller's promise
-        // covers the reads.
-        unsafe { avx2::fill_panel_contiguous(panel, k, first, end, ptr, (rs, cs)) };
-        return;
+    if rs == 1 || cs == 1 {
+        if avx512_available() {
+            // SAFETY: AVX-512F is available, rows or columns are contiguous; the caller's
+            // promise covers the reads.
+            unsafe { avx512::fill_panel_contiguous(panel, k, first, end, ptr, (rs, cs)) };
+            return;
+        }
+        if avx2_available() {
+            // SAFETY: AVX2 is available, rows or columns are contiguous; the caller's promise
+            // covers the reads.
+            unsafe { avx2::fill_panel_contiguous(panel, k, first, end, ptr, (rs, cs)) };
+            return;
+        }
     }
     fill_panel(panel, k, first, end, |i, j| {
         // SAFETY: `fill_panel` asks only for rows below `k` and columns in `first..end`,
