@@ -320,9 +320,8 @@ fn cpu_codegen_options_change_no_value() {
 /// weight a bound parameter read transposed, as `F.linear` does) runs on the panel kernel by
 /// default, whose every output is, bit for bit, one `f32::mul_add` chain over `k` from +0
 /// (checked where the CPU has AVX-512F, or AVX2 and FMA, which that kernel needs), and with
-/// the limit at 64 on
-/// the `gemm` crate, whose blocked sums over `k = 768` round some elements differently; both
-/// stay within f32 rounding of an f64 oracle.
+/// the limit at 64 on the `gemm` crate, whose blocked sums over `k = 768` round some elements
+/// differently; both stay within f32 rounding of an f64 oracle.
 #[test]
 fn gemm_panel_rows_choose_the_kernel_of_a_linear_layer() {
     use smelt::frontend::Tracer;

@@ -28,8 +28,8 @@
 //!   panel kernel (`panel.rs`) when the CPU has AVX-512F, or AVX2 and FMA: with so few rows,
 //!   `gemm`'s per-call packing of the right operand costs as much as the arithmetic; bound
 //!   weights are packed once, at compile time, in the kernel's layout
-//!   ([`MatmulPlan::panel_rhs`]). Each output element is then
-//!   one fused multiply-add chain in `k` order, the same bits on both instruction sets.
+//!   ([`MatmulPlan::panel_rhs`]). Each output element is then one fused multiply-add chain
+//!   in `k` order, the same bits on both instruction sets.
 //! - **Accuracy.** `gemm` accumulates in f32 (f32, f16, bf16) or f64 in a
 //!   blocked order, like PyTorch's GEMMs; the reference interpreter accumulates in f64. The
 //!   difference is bounded by `γ_k · Σ_p |a_ip · b_pj|` with `γ_k ≈ k · 2⁻²⁴` for f32 (see
