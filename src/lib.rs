@@ -35,7 +35,7 @@ pub mod emit;
 pub mod io;
 pub mod models;
 
-pub use smelt_codegen::llvm::{MachineSchedule, MathMode, RowPrefetch};
+pub use smelt_codegen::llvm::{LoopFission, MachineSchedule, MathMode, RowPrefetch};
 pub use smelt_frontend as frontend;
 pub use smelt_ir as ir;
 pub use smelt_ir::Signature;
@@ -140,6 +140,11 @@ pub struct Options {
     /// ([`smelt_codegen::llvm::JitOptions::tile_transposes`], on by default). Values are the
     /// same either way.
     pub no_tiled_transposes: bool,
+    /// On the CPU: whether elementwise kernels with an f32 `tanh` or `erf` run in two loops
+    /// per block of 256 elements, cut in the middle of that op, instead of one
+    /// ([`smelt_codegen::llvm::JitOptions::loop_fission`]; by default where it was
+    /// measured, AMD Zen 3). Values are the same either way.
+    pub loop_fission: LoopFission,
     /// On the CPU: f32 matrix products (linear layers) of at most this many rows run on
     /// smelt's panel kernel (with AVX-512F, or AVX2 and FMA), with bound weights packed for it
     /// once at compile time, and larger ones on the `gemm` crate. `None`:
@@ -197,6 +202,7 @@ impl Options {
                 defaults.interleave_vectors
             },
             tile_transposes: !self.no_tiled_transposes,
+            loop_fission: self.loop_fission,
             ..defaults
         }
     }
@@ -208,6 +214,14 @@ impl Options {
         smelt_codegen::llvm::host_target().map_or(self.row_prefetch, |h| {
             self.row_prefetch.for_cpu(&h.cpu, &h.features)
         })
+    }
+
+    /// Whether long elementwise bodies run in two loops on this machine's CPU under these
+    /// options ([`Options::loop_fission`] resolved by [`LoopFission::for_cpu`]; `false`
+    /// where the host CPU is unknown, as in a build without LLVM).
+    pub fn host_loop_fission(&self) -> bool {
+        smelt_codegen::llvm::host_target()
+            .is_ok_and(|h| self.loop_fission.for_cpu(&h.cpu, &h.features))
     }
 }
 

@@ -484,3 +484,146 @@ fn transposed_reads_match_the_interpreter() {
         }
     }
 }
+
+/// Long elementwise bodies split into two loops per block of 256 elements (`LoopFission::On`;
+/// `Auto` splits them on AMD Zen 3 only) give the same bits as in one loop
+/// (`LoopFission::Off`): a `tanh` whose operand is also used after it (the bench's chain),
+/// bias + GELU + residual (`erf`), a `tanh` of a value holding an `exp` that the second loop
+/// uses too (kept in scratch rather than computed again), GELU's `tanh` form, and `erf` in
+/// f16 and bf16. Inputs hold NaN, infinities, signed zeros, subnormals and values past where
+/// `tanh` and `erf` round to ±1; sizes have blocks and a rest, rows cut mid-block, and one
+/// case is 16 MiB (its stores stream: the peeled loop's main part is split). Through `run`
+/// and `run_into`, both agree with each other bit for bit and with the reference interpreter
+/// within the polynomials' error. The generated IR has the scratch arrays with `On` (per
+/// kernel function: the cut op's two parts, and one kept value) and none with `Off`.
+#[test]
+fn loop_fission_changes_no_value() {
+    use smelt::frontend::{GeluApproximation, Tracer};
+    use smelt::ir::interp::eval;
+    use smelt::ir::tensor::TensorData;
+    use smelt::ir::DType;
+    use smelt::{compile_with, Device, LoopFission, Options};
+    let special = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1e-40,
+        -3e-39,
+        9.5,
+        -12.0,
+        4.0,
+        -3.95,
+        0.875,
+        -0.87,
+        1e-4,
+    ];
+    let value = |i: usize| match i % 97 {
+        k if k < special.len() => special[k],
+        _ => ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 5.0,
+    };
+    let data = |d: DType, n: usize, seed: usize| match d {
+        DType::F16 => TensorData::F16(
+            (0..n)
+                .map(|i| half::f16::from_f32(value(i + seed)))
+                .collect(),
+        ),
+        DType::BF16 => TensorData::BF16(
+            (0..n)
+                .map(|i| half::bf16::from_f32(value(i + seed)))
+                .collect(),
+        ),
+        _ => TensorData::F32((0..n).map(|i| value(i + seed)).collect()),
+    };
+    type Build = fn(&smelt::frontend::Tensor, &smelt::frontend::Tensor) -> smelt::frontend::Tensor;
+    let chain: Build = |x, _| {
+        let h = x.mul(1.5).unwrap().add(0.5).unwrap().tanh().unwrap();
+        let h = h.mul(2.0).unwrap().sub(0.25).unwrap().relu().unwrap();
+        h.mul(x).unwrap().add(x).unwrap()
+    };
+    let gelu: Build = |x, r| {
+        let g = x.add(0.25).unwrap().gelu(GeluApproximation::None).unwrap();
+        g.add(r).unwrap()
+    };
+    let kept: Build = |x, _| {
+        let e = x.mul(0.25).unwrap().exp().unwrap();
+        e.sub(1.0).unwrap().tanh().unwrap().mul(&e).unwrap()
+    };
+    let gelu_tanh: Build = |x, r| x.gelu(GeluApproximation::Tanh).unwrap().mul(r).unwrap();
+    let erf: Build = |x, _| x.erf().unwrap().add(x).unwrap();
+    // (what, dtype, shape, graph, scratch arrays when split)
+    let cases: [(&str, DType, Vec<usize>, Build, usize); 8] = [
+        ("chain", DType::F32, vec![1000], chain, 2),
+        ("chain", DType::F32, vec![4, 1 << 20], chain, 2),
+        ("gelu", DType::F32, vec![3, 700], gelu, 2),
+        ("gelu", DType::F32, vec![65, 768], gelu, 2),
+        ("kept exp", DType::F32, vec![7, 300], kept, 3),
+        ("gelu tanh", DType::F32, vec![2, 1300], gelu_tanh, 2),
+        ("erf", DType::F16, vec![5, 333], erf, 2),
+        ("erf", DType::BF16, vec![2, 600], erf, 2),
+    ];
+    for (what, d, shape, build, arrays) in cases {
+        let numel: usize = shape.iter().product();
+        let t = Tracer::new();
+        let x = t.input("x", d, shape.clone()).unwrap();
+        let r = t.input("r", d, shape.clone()).unwrap();
+        t.output("y", &build(&x, &r)).unwrap();
+        let graph = t.finish().unwrap();
+        let inputs = HashMap::from([
+            (
+                "x".to_string(),
+                HostTensor::new(shape.clone(), data(d, numel, 0)).unwrap(),
+            ),
+            (
+                "r".to_string(),
+                HostTensor::new(shape.clone(), data(d, numel, 40)).unwrap(),
+            ),
+        ]);
+        let oracle = eval(&graph, &inputs).unwrap().remove(0).1;
+        let mut outputs = Vec::new();
+        for fission in [LoopFission::Off, LoopFission::On] {
+            let options = Options {
+                device: Device::Cpu,
+                loop_fission: fission,
+                ..Options::default()
+            };
+            assert_eq!(options.jit_options().loop_fission, fission);
+            let program = smelt::emit::lower(&graph, &options).unwrap();
+            let (ir, _) =
+                smelt_codegen::llvm::program_listing(&program, &options.jit_options()).unwrap();
+            // Per kernel function: a streaming kernel has a plain-store twin.
+            let scratch = ir.matches("alloca [256 x float]").count();
+            let split = fission == LoopFission::On;
+            assert!(
+                if split {
+                    scratch > 0 && scratch % arrays == 0
+                } else {
+                    scratch == 0
+                },
+                "{what} {d} {shape:?} {fission}: {scratch} scratch arrays"
+            );
+            let compiled = compile_with(&graph, options).unwrap();
+            let fresh = compiled.run(&inputs).unwrap().get("y").unwrap().clone();
+            let mut into = vec![HostTensor::zeros(d, shape.clone())];
+            compiled.run_into(&inputs, &mut into).unwrap();
+            outputs.push((fission, fresh));
+            outputs.push((fission, into.remove(0)));
+        }
+        let (_, first) = &outputs[0];
+        for (fission, got) in &outputs {
+            let what = format!("{what} {d} {shape:?} {fission}");
+            for i in 0..numel {
+                let (g, b) = (got.data().get_f64(i), first.data().get_f64(i));
+                assert_eq!(g.to_bits(), b.to_bits(), "{what}: element {i}");
+                let w = oracle.data().get_f64(i);
+                let close = (g.is_nan() && w.is_nan())
+                    || g == w
+                    || (g - w).abs() <= 2e-6 * w.abs().max(1.0) + f64::from(f32::EPSILON);
+                let close = close || (d != DType::F32 && (g - w).abs() <= 1e-2 * w.abs().max(1.0));
+                assert!(close, "{what}: element {i} is {g}, the interpreter's {w}");
+            }
+        }
+    }
+}

@@ -9,7 +9,7 @@ mod with_llvm {
         program_listing, reduce_group, CompiledKernels,
     };
     use smelt_codegen::llvm::{
-        host_target, CpuTarget, JitOptions, MachineSchedule, MathMode, RowPrefetch,
+        host_target, CpuTarget, JitOptions, LoopFission, MachineSchedule, MathMode, RowPrefetch,
         MACHINE_SCHEDULE_VAR,
     };
     use smelt_ir::{BinaryOp, DType, NodeId, Scalar, UnaryOp};
@@ -838,32 +838,38 @@ mod with_llvm {
         );
     }
 
-    /// `MachineSchedule::for_cpu` is top down on AMD Zen 3 only (`znver3` without AVX-512F,
-    /// read as LLVM reads the feature string), bottom up elsewhere, Zen 4 included; the
-    /// environment variable's values parse, `auto` standing for the host's choice; this
-    /// process's host target records the choice its environment and CPU make.
+    /// `LoopFission::Auto` splits long bodies on AMD Zen 3 only (`znver3` without AVX-512F,
+    /// read as LLVM reads the feature string), Zen 4 not included; `On` and `Off` stand for
+    /// themselves everywhere.
     #[test]
-    fn machine_schedule_goes_by_the_cpu() {
-        use MachineSchedule::{BottomUp, TopDown};
+    fn loop_fission_goes_by_the_cpu() {
+        use LoopFission::{Auto, Off, On};
         let (zen3, zen4) = ("+avx2,+fma,-avx512f", "+avx2,+fma,+avx512f,+avx512vl");
         for (cpu, features, want) in [
-            ("znver3", zen3, TopDown),
-            ("znver3", "+avx512f,-avx512f", TopDown),
-            ("znver3", "+avx512f,+avx512vl,-avx2", TopDown),
-            ("znver3", zen4, BottomUp),
-            ("znver4", zen4, BottomUp),
-            ("znver2", "+avx2,+fma", BottomUp),
-            ("skylake-avx512", "+avx512f", BottomUp),
-            ("haswell", "+avx2,+fma", BottomUp),
-            ("x86-64-v3", "", BottomUp),
-            ("", "", BottomUp),
+            ("znver3", zen3, true),
+            ("znver3", "+avx512f,-avx512f", true),
+            ("znver3", "+avx512f,+avx512vl,-avx2", true),
+            ("znver3", zen4, false),
+            ("znver4", zen4, false),
+            ("znver2", "+avx2,+fma", false),
+            ("skylake-avx512", "+avx512f", false),
+            ("haswell", "+avx2,+fma", false),
+            ("x86-64-v3", "", false),
+            ("", "", false),
         ] {
-            assert_eq!(
-                MachineSchedule::for_cpu(cpu, features),
-                want,
-                "{cpu:?} {features:?}"
-            );
+            assert_eq!(Auto.for_cpu(cpu, features), want, "{cpu:?} {features:?}");
+            assert!(On.for_cpu(cpu, features), "{cpu:?}");
+            assert!(!Off.for_cpu(cpu, features), "{cpu:?}");
         }
+    }
+
+    /// The machine schedule is bottom up unless the environment says otherwise; the
+    /// environment variable's values parse, `auto` standing for the default; this process's
+    /// host target records the choice its environment makes.
+    #[test]
+    fn machine_schedule_is_bottom_up_unless_chosen() {
+        use MachineSchedule::{BottomUp, TopDown};
+        assert_eq!(MachineSchedule::default(), BottomUp);
         for s in [BottomUp, TopDown] {
             assert_eq!(s.to_string().parse::<MachineSchedule>(), Ok(s));
             assert_eq!(MachineSchedule::from_var(&s.to_string()), Ok(Some(s)));
@@ -879,10 +885,7 @@ mod with_llvm {
         let chosen = std::env::var(MACHINE_SCHEDULE_VAR)
             .ok()
             .and_then(|v| MachineSchedule::from_var(&v).unwrap());
-        assert_eq!(
-            host.schedule,
-            chosen.unwrap_or_else(|| MachineSchedule::for_cpu(&host.cpu, &host.features))
-        );
+        assert_eq!(host.schedule, chosen.unwrap_or_default());
         assert!(host
             .cache_key()
             .ends_with(&format!(" schedule {}", host.schedule)));

@@ -8,7 +8,7 @@
 
 use super::cases::{self, Case, Size};
 use super::run::{self, Budget, PlanTimes};
-use crate::{MathMode, Options, Result, RowPrefetch};
+use crate::{LoopFission, MathMode, Options, Result, RowPrefetch};
 use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
@@ -38,6 +38,9 @@ pub enum Knob {
     GemmPanelRows,
     /// Transposed reads in tiles ([`Options::no_tiled_transposes`]).
     TiledTransposes,
+    /// Long elementwise bodies in two loops per block ([`Options::loop_fission`]): this CPU's
+    /// default against the other choice.
+    LoopFission,
 }
 
 /// The panel kernel's row limit before the seventeenth session, what
@@ -46,7 +49,7 @@ pub const PANEL_ROWS_BEFORE: usize = 64;
 
 impl Knob {
     /// Every knob, in the order the CLI lists them.
-    pub const ALL: [Knob; 10] = [
+    pub const ALL: [Knob; 11] = [
         Knob::StreamingStores,
         Knob::Prefetch,
         Knob::RowPrefetch,
@@ -57,6 +60,7 @@ impl Knob {
         Knob::InterleaveVectors,
         Knob::GemmPanelRows,
         Knob::TiledTransposes,
+        Knob::LoopFission,
     ];
 
     /// Whether the knob changes only how CPU kernels are generated (no effect on a GPU).
@@ -100,6 +104,13 @@ impl Knob {
                 }
             }
             Knob::TiledTransposes => o.no_tiled_transposes = !o.no_tiled_transposes,
+            Knob::LoopFission => {
+                o.loop_fission = if options.host_loop_fission() {
+                    LoopFission::Off
+                } else {
+                    LoopFission::On
+                }
+            }
         }
         o
     }
@@ -150,6 +161,8 @@ impl Knob {
                 "transposed reads by rows".into()
             }
             Knob::TiledTransposes => "transposed reads in tiles".into(),
+            Knob::LoopFission if options.host_loop_fission() => "long bodies in two loops".into(),
+            Knob::LoopFission => "long bodies in one loop".into(),
         }
     }
 }
@@ -167,6 +180,7 @@ impl fmt::Display for Knob {
             Knob::InterleaveVectors => "interleave-vectors",
             Knob::GemmPanelRows => "gemm-panel-rows",
             Knob::TiledTransposes => "tiled-transposes",
+            Knob::LoopFission => "loop-fission",
         })
     }
 }

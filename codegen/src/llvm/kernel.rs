@@ -54,6 +54,7 @@
 
 mod access;
 mod convert;
+mod fission;
 mod inflight;
 mod interleave;
 mod math;
@@ -440,6 +441,8 @@ pub struct KernelOptions {
     pub interleave_vectors: Option<u32>,
     /// Elementwise kernels with transposed reads compute square tiles (see `tile`).
     pub tile_transposes: bool,
+    /// Elementwise bodies with a long op run in two loops per block (see `fission`).
+    pub split_long_bodies: bool,
 }
 
 impl KernelOptions {
@@ -457,6 +460,7 @@ impl KernelOptions {
             first_pass_prefetch: options.first_pass_prefetch,
             interleave_vectors: options.interleave_vectors,
             tile_transposes: options.tile_transposes,
+            split_long_bodies: options.loop_fission.for_cpu(&cpu, &features),
         })
     }
 }
@@ -625,6 +629,7 @@ pub fn build_kernel<'ctx>(
         tiling: None,
         tile_ptrs: Vec::new(),
         tile_at: None,
+        split: None,
     };
     // Per-element scratch of values kept across stages (see `reuse`), in the entry block:
     // one row's, or two rows' when they are interleaved.
@@ -633,6 +638,11 @@ pub fn build_kernel<'ctx>(
         if let Some(tiling) = tile::tiling(kernel, buffers) {
             em.tile_ptrs = em.tile_scratch(&tiling)?;
             em.tiling = Some(tiling);
+        }
+    }
+    if options.split_long_bodies && em.tiling.is_none() && !em.interleave {
+        if let Some(plan) = fission::plan(kernel, options.math) {
+            em.split = Some(em.split_scratch(plan)?);
         }
     }
     let start = param(body_fn, n + 1)?.into_int_value();
@@ -793,6 +803,9 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub tile_ptrs: Vec<PointerValue<'ctx>>,
     /// Inside a tile's body: its row and column variables, from 0.
     pub tile_at: Option<(IntValue<'ctx>, IntValue<'ctx>)>,
+    /// How an elementwise body with a long op is split into two loops, if it is (see
+    /// `fission`).
+    pub split: Option<fission::Split<'ctx>>,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
@@ -1023,6 +1036,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     .flatten();
                 self.loop_nest(&stage.inner, target, &mut |em| {
                     em.body(&stage.body)?;
+                    if em.in_first_pass() {
+                        return Ok(());
+                    }
                     for st in stores {
                         let v = em.value(st.value)?;
                         em.store(st.buffer, &st.access, v)?;
@@ -1210,6 +1226,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
 
     /// Emits a stage body's instructions.
     fn body(&mut self, insts: &[Inst]) -> Result<()> {
+        if self.split_body(insts)? {
+            return Ok(());
+        }
         for inst in insts {
             let v = match self.kept(&self.reuse, inst.dst)? {
                 Some(p) => self.b.build_load(p, "reused")?,

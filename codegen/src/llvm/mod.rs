@@ -30,8 +30,8 @@ mod options;
 
 pub use error::{LlvmError, Result};
 pub use options::{
-    CpuTarget, HostTarget, JitOptions, MachineSchedule, MathMode, OptLevel, RowPrefetch,
-    INTERLEAVE_VECTORS, MACHINE_SCHEDULE_VAR, NONTEMPORAL_MIN_BYTES, PREFETCH_BYTES,
+    CpuTarget, HostTarget, JitOptions, LoopFission, MachineSchedule, MathMode, OptLevel,
+    RowPrefetch, INTERLEAVE_VECTORS, MACHINE_SCHEDULE_VAR, NONTEMPORAL_MIN_BYTES, PREFETCH_BYTES,
     ROW_PREFETCH_MAX_BYTES, ROW_PREFETCH_ROWS,
 };
 

@@ -178,16 +178,27 @@ impl std::str::FromStr for RowPrefetch {
     }
 }
 
-/// The environment variable that overrides [`MachineSchedule::for_cpu`]: `top-down`,
-/// `bottom-up` or `auto` (the host's choice).
+/// The environment variable that sets [`MachineSchedule`]: `top-down`, `bottom-up` or `auto`
+/// (the default, bottom up).
 pub const MACHINE_SCHEDULE_VAR: &str = "SMELT_MACHINE_SCHEDULE";
 
 /// In which direction LLVM's machine scheduler orders the instructions of each block. LLVM
 /// reads this from a process-wide option, so it is one choice for every module a process
-/// compiles, made when LLVM is first initialised: by the host CPU
-/// ([`MachineSchedule::for_cpu`]) unless [`MACHINE_SCHEDULE_VAR`] says otherwise. It is part
-/// of [`HostTarget`], and so of every kernel cache key. Values are unchanged either way: only
-/// the order of independent instructions differs.
+/// compiles, made when LLVM is first initialised: bottom up unless [`MACHINE_SCHEDULE_VAR`]
+/// says otherwise. It is part of [`HostTarget`], and so of every kernel cache key. Values are
+/// unchanged either way: only the order of independent instructions differs.
+///
+/// From the thirty-seventh to the thirty-ninth session it was top down on AMD Zen 3, which
+/// keeps at most 64 floating-point operations waiting for their operands (llvm-mca's model of
+/// it): a store loop with a long chain per vector (`tanh`, `erf`) filled that queue with
+/// operations none of which could issue, and top down made the elementwise chain 1.26x and
+/// bias-GELU 1.18x–1.21x as fast there. Since the fortieth session those bodies run in two
+/// loops on Zen 3 ([`JitOptions::loop_fission`]), each carrying half the chain, and bottom up
+/// suits them better: side by side in one process, the chain took 19.4 cycles per vector
+/// against 20.2 top down in one loop (the thirty-ninth session's code), bias-GELU 23.2
+/// against 24.6, `tanh` 15.8 against 17.4; top down with two loops took 20.5, 23.7 and 16.0.
+/// The row kernels and the rest of `smelt bench` measured the same or faster bottom up
+/// (BENCHMARKS.md, fortieth session).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MachineSchedule {
     /// LLVM's default on x86: bottom up, keeping register pressure low, which tends to finish
@@ -201,27 +212,6 @@ pub enum MachineSchedule {
 }
 
 impl MachineSchedule {
-    /// The schedule for host CPU `cpu` with LLVM feature string `features`: top down on AMD
-    /// Zen 3 (`znver3` without AVX-512F; LLVM 14 names Zen 4 `znver3` too), bottom up
-    /// elsewhere.
-    ///
-    /// Zen 3 keeps at most 64 floating-point operations waiting for their operands (llvm-mca's
-    /// model of it): a store loop with a long chain per vector (`tanh`, `erf`) fills that
-    /// queue with operations none of which can issue, and runs at a third of what its
-    /// floating-point pipes allow. On the thirty-seventh session's Zen 3 host, top down made
-    /// the elementwise chain 1.26x, bias-GELU 1.18x–1.21x and add + layer_norm over 65536 x
-    /// 768 1.19x as fast, and softmax over 1536 x 128 6% slower, side by side in its quieter
-    /// minutes (BENCHMARKS.md). Elsewhere llvm-mca predicts no gain (Zen 4, whose loops are
-    /// bound by their 512-bit operations) or a loss (GELU 14–16% slower on Skylake-X and Ice
-    /// Lake models), and nothing was measured.
-    pub fn for_cpu(cpu: &str, features: &str) -> MachineSchedule {
-        if cpu == "znver3" && !avx512f(features) {
-            MachineSchedule::TopDown
-        } else {
-            MachineSchedule::BottomUp
-        }
-    }
-
     /// The schedule [`MACHINE_SCHEDULE_VAR`] holds (`value`), or `None` for `auto` (or an
     /// empty value); an error message naming the accepted values for anything else.
     pub fn from_var(value: &str) -> Result<Option<MachineSchedule>, String> {
@@ -324,6 +314,48 @@ pub struct JitOptions {
     /// transposed in registers (`kernel/tile.rs`), instead of one element per cache line
     /// along each output row. Values are unchanged, bit for bit. Default: on.
     pub tile_transposes: bool,
+    /// Whether elementwise kernels whose body holds an f32 `tanh` or `erf` run each block of
+    /// 256 elements in two loops, cut in the middle of that op, with the values crossing the
+    /// cut kept in L1 (`kernel/fission.rs`), so that each loop's iterations carry half as
+    /// long a chain of dependent operations (see [`LoopFission`]). Values are unchanged, bit
+    /// for bit. Default: [`LoopFission::Auto`], by the target CPU.
+    pub loop_fission: LoopFission,
+}
+
+/// Whether long elementwise bodies are split into two loops ([`JitOptions::loop_fission`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LoopFission {
+    /// By the target CPU ([`LoopFission::for_cpu`]): on AMD Zen 3, off elsewhere.
+    #[default]
+    Auto,
+    /// Always.
+    On,
+    /// Never: one loop, as before the fortieth session.
+    Off,
+}
+
+impl LoopFission {
+    /// Whether long bodies are split on CPU `cpu` with LLVM feature string `features` (see
+    /// [`RowPrefetch::for_cpu`]): `Auto` splits them on AMD Zen 3 (`znver3` without
+    /// AVX-512F, as LLVM 14 names Zen 4 `znver3` too), where it was measured
+    /// (BENCHMARKS.md, fortieth session), and nowhere else, where nothing was.
+    pub fn for_cpu(self, cpu: &str, features: &str) -> bool {
+        match self {
+            LoopFission::Auto => cpu == "znver3" && !avx512f(features),
+            LoopFission::On => true,
+            LoopFission::Off => false,
+        }
+    }
+}
+
+impl fmt::Display for LoopFission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LoopFission::Auto => "auto",
+            LoopFission::On => "on",
+            LoopFission::Off => "off",
+        })
+    }
 }
 
 impl Default for JitOptions {
@@ -339,6 +371,7 @@ impl Default for JitOptions {
             interleave_rows: true,
             interleave_vectors: Some(INTERLEAVE_VECTORS),
             tile_transposes: true,
+            loop_fission: LoopFission::Auto,
         }
     }
 }
@@ -375,6 +408,9 @@ impl fmt::Display for JitOptions {
         }
         if !self.tile_transposes {
             write!(f, " tiles=off")?;
+        }
+        if self.loop_fission != LoopFission::Auto {
+            write!(f, " fission={}", self.loop_fission)?;
         }
         Ok(())
     }

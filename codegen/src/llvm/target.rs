@@ -28,35 +28,29 @@ pub(crate) fn init_native() -> Result<()> {
 }
 
 /// This process's [`MachineSchedule`]: [`MACHINE_SCHEDULE_VAR`] when set to other than
-/// `auto`, else [`MachineSchedule::for_cpu`] of the host (computed once). A value it does not
-/// take, or one that is not UTF-8, is an error naming the variable.
+/// `auto`, else the default (computed once). A value it does not take, or one that is not
+/// UTF-8, is an error naming the variable.
 fn machine_schedule() -> Result<MachineSchedule> {
     static SCHEDULE: OnceLock<Result<MachineSchedule>> = OnceLock::new();
     SCHEDULE
-        .get_or_init(|| {
-            let by_host = || {
-                let (cpu, features) = host_cpu();
-                MachineSchedule::for_cpu(cpu, features)
-            };
-            match std::env::var(MACHINE_SCHEDULE_VAR) {
-                Ok(value) => match MachineSchedule::from_var(&value) {
-                    Ok(chosen) => Ok(chosen.unwrap_or_else(by_host)),
-                    Err(message) => Err(LlvmError::Environment {
-                        variable: MACHINE_SCHEDULE_VAR,
-                        value,
-                        message,
-                    }),
-                },
-                Err(std::env::VarError::NotPresent) => Ok(by_host()),
-                Err(std::env::VarError::NotUnicode(raw)) => Err(LlvmError::Environment {
+        .get_or_init(|| match std::env::var(MACHINE_SCHEDULE_VAR) {
+            Ok(value) => match MachineSchedule::from_var(&value) {
+                Ok(chosen) => Ok(chosen.unwrap_or_default()),
+                Err(message) => Err(LlvmError::Environment {
                     variable: MACHINE_SCHEDULE_VAR,
-                    value: raw.to_string_lossy().into_owned(),
-                    message: format!(
-                        "not valid UTF-8; expected one of {}, auto",
-                        MachineSchedule::NAMES.join(", ")
-                    ),
+                    value,
+                    message,
                 }),
-            }
+            },
+            Err(std::env::VarError::NotPresent) => Ok(MachineSchedule::default()),
+            Err(std::env::VarError::NotUnicode(raw)) => Err(LlvmError::Environment {
+                variable: MACHINE_SCHEDULE_VAR,
+                value: raw.to_string_lossy().into_owned(),
+                message: format!(
+                    "not valid UTF-8; expected one of {}, auto",
+                    MachineSchedule::NAMES.join(", ")
+                ),
+            }),
         })
         .clone()
 }

@@ -242,10 +242,29 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// `tanh(x)` for an f32 `x` (see the module docs): `E/(E + 2)` with `E = e^(2|x|) - 1`,
     /// `x`'s sign.
     pub(crate) fn tanh_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        let (ehi, elo) = self.tanh_first(x)?;
+        self.tanh_second(x, ehi, elo)
+    }
+
+    /// The first half of [`Self::tanh_poly`]: `E = e^(2|x|) - 1` as `ehi + elo`.
+    pub(crate) fn tanh_first(
+        &self,
+        x: FloatValue<'ctx>,
+    ) -> Result<(FloatValue<'ctx>, FloatValue<'ctx>)> {
         let a = self.fcall("llvm.fabs", x)?;
         // NaN stays NaN through the limit and every step after.
         let ac = self.at_most_keeping_nan(a, TANH_ONE)?;
-        let (ehi, elo) = self.expm1_twice_split(ac)?;
+        self.expm1_twice_split(ac)
+    }
+
+    /// The second half of [`Self::tanh_poly`]: `E/(E + 2)` with `x`'s sign, from
+    /// [`Self::tanh_first`]'s `ehi` and `elo`.
+    pub(crate) fn tanh_second(
+        &self,
+        x: FloatValue<'ctx>,
+        ehi: FloatValue<'ctx>,
+        elo: FloatValue<'ctx>,
+    ) -> Result<FloatValue<'ctx>> {
         let r = self.over_plus_two(ehi, elo)?;
         self.f32_intrinsic2("llvm.copysign.f32", r, x)
     }
@@ -324,6 +343,16 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
 
     /// `erf(x)` for an f32 `x` (see the module docs).
     pub(crate) fn erf_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
+        let (small, q) = self.erf_first(x)?;
+        self.erf_second(x, small, q)
+    }
+
+    /// The first half of [`Self::erf_poly`]: its two polynomials at `|x|`, the small branch's
+    /// value and `Q`.
+    pub(crate) fn erf_first(
+        &self,
+        x: FloatValue<'ctx>,
+    ) -> Result<(FloatValue<'ctx>, FloatValue<'ctx>)> {
         let b = &self.b;
         let a = self.fcall("llvm.fabs", x)?;
         let s = b.build_float_mul(a, a, "pf.s")?;
@@ -331,12 +360,23 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let small = self.fmuladd(a, p, a)?;
         // NaN takes the small branch (`ULT` is true when unordered), which keeps it.
         let ac = self.clamp_to(a, ERF_ONE, false)?;
-        let q = self.poly_eval(ac, &ERF_Q)?;
+        Ok((small, self.poly_eval(ac, &ERF_Q)?))
+    }
+
+    /// The second half of [`Self::erf_poly`]: the large branch's `1 - e^Q`, the branch `|x|`
+    /// picks, `x`'s sign, from [`Self::erf_first`]'s `small` and `q`.
+    pub(crate) fn erf_second(
+        &self,
+        x: FloatValue<'ctx>,
+        small: FloatValue<'ctx>,
+        q: FloatValue<'ctx>,
+    ) -> Result<FloatValue<'ctx>> {
+        let a = self.fcall("llvm.fabs", x)?;
         // `Q` is negative on `[ERF_SMALL, ERF_ONE]` and small below it (where `erf` takes the
         // other branch): `ln erfc` falls from 0 at 0. So `-26 ≤ q ≤ 0` and `erfc` is a normal
         // number (at least `erfc(ERF_ONE)`, 2.3e-8): `ScaleRange::Normal`.
         let erfc = self.exp_in_range(q, ScaleRange::Normal)?;
-        let large = b.build_float_sub(self.k32(1.0), erfc, "pf.large")?;
+        let large = self.b.build_float_sub(self.k32(1.0), erfc, "pf.large")?;
         self.odd_by_magnitude(x, a, ERF_SMALL, small, large)
     }
 

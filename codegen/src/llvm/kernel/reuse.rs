@@ -41,7 +41,7 @@ pub(crate) fn transcendental(op: &InstOp) -> bool {
     )
 }
 
-fn operands(op: &InstOp) -> Vec<ValueId> {
+pub(crate) fn operands(op: &InstOp) -> Vec<ValueId> {
     match op {
         InstOp::LoopVar(_) | InstOp::IndexConst(_) | InstOp::Const(_) => vec![],
         InstOp::Load { access, .. } => match access {

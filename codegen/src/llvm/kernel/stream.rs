@@ -154,13 +154,16 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// interleave count of [`JitOptions::interleave_vectors`] when there is one.
     ///
     /// [`JitOptions::interleave_vectors`]: crate::llvm::JitOptions::interleave_vectors
-    fn store_loop(
+    pub(crate) fn store_loop(
         &mut self,
         lo: IntValue<'ctx>,
         hi: IntValue<'ctx>,
         name: &str,
         f: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<()>,
     ) -> Result<()> {
+        if self.splits_next_loop() {
+            return self.split_loop(lo, hi, name, f);
+        }
         match self.interleave_vectors {
             Some(n) => {
                 let before = self.function.get_last_basic_block();
