@@ -630,6 +630,7 @@ pub fn build_kernel<'ctx>(
         tile_ptrs: Vec::new(),
         tile_at: None,
         split: None,
+        opaque_constants: false,
     };
     // Per-element scratch of values kept across stages (see `reuse`), in the entry block:
     // one row's, or two rows' when they are interleaved.
@@ -643,6 +644,7 @@ pub fn build_kernel<'ctx>(
     if options.split_long_bodies && em.tiling.is_none() && !em.interleave {
         if let Some(plan) = fission::plan(kernel, options.math) {
             em.split = Some(em.split_scratch(plan)?);
+            em.opaque_constants = true;
         }
     }
     let start = param(body_fn, n + 1)?.into_int_value();
@@ -806,6 +808,9 @@ pub(crate) struct Emitter<'a, 'ctx> {
     /// How an elementwise body with a long op is split into two loops, if it is (see
     /// `fission`).
     pub split: Option<fission::Split<'ctx>>,
+    /// Whether f32 constants are loads of globals rather than LLVM constants
+    /// (`Emitter::f32_constant`; in kernels that split, see `fission`).
+    pub opaque_constants: bool,
 }
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {

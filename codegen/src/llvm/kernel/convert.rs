@@ -6,7 +6,7 @@
 use super::{Emitter, Val};
 use crate::llvm::error::Result;
 use inkwell::values::{BasicValueEnum, FloatValue};
-use inkwell::IntPredicate;
+use inkwell::{AddressSpace, IntPredicate};
 use smelt_ir::{DType, Scalar};
 use smelt_passes::kernel::Ty;
 
@@ -108,17 +108,37 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                     .into(),
                 DType::I64 => t.into_int_type().const_int(s.as_i64() as u64, true).into(),
                 DType::F16 => self
-                    .f32t()
-                    .const_float(half::f16::from_f32(s.as_f64() as f32).to_f64())
+                    .f32_constant(half::f16::from_f32(s.as_f64() as f32).to_f32())
                     .into(),
                 DType::BF16 => self
-                    .f32t()
-                    .const_float(half::bf16::from_f32(s.as_f64() as f32).to_f64())
+                    .f32_constant(half::bf16::from_f32(s.as_f64() as f32).to_f32())
                     .into(),
-                DType::F32 => self.f32t().const_float(s.as_f64() as f32 as f64).into(),
+                DType::F32 => self.f32_constant(s.as_f64() as f32).into(),
                 DType::F64 => self.ctx.f64_type().const_float(s.as_f64()).into(),
             },
         })
+    }
+
+    /// The f32 constant `v`: an LLVM constant, or, in a kernel with
+    /// [`opaque_constants`](Emitter::opaque_constants), a load of a global holding it.
+    pub(crate) fn f32_constant(&self, v: f32) -> FloatValue<'ctx> {
+        if !self.opaque_constants {
+            return self.f32t().const_float(f64::from(v));
+        }
+        let name = format!("smelt.f32.{:08x}", v.to_bits());
+        let global = self.module.get_global(&name).unwrap_or_else(|| {
+            let g = self
+                .module
+                .add_global(self.f32t(), Some(AddressSpace::default()), &name);
+            g.set_initializer(&self.f32t().const_float(f64::from(v)));
+            g
+        });
+        // A builder positioned in a block cannot fail to load; one that is not fails at the
+        // next instruction, so the plain constant is only ever a stand-in.
+        match self.b.build_load(global.as_pointer_value(), "k") {
+            Ok(l) => l.into_float_value(),
+            Err(_) => self.f32t().const_float(f64::from(v)),
+        }
     }
 
     /// The interpreter's cast of `x` to `to`.

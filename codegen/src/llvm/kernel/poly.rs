@@ -115,7 +115,7 @@ const ERF_ONE: f32 = 3.9375;
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
     fn k32(&self, v: f32) -> FloatValue<'ctx> {
-        self.f32t().const_float(v as f64)
+        self.f32_constant(v)
     }
 
     /// `a·b + c`, fused where the CPU has an FMA.
