@@ -35,7 +35,7 @@ pub mod emit;
 pub mod io;
 pub mod models;
 
-pub use smelt_codegen::llvm::{LoopFission, MachineSchedule, MathMode, RowPrefetch};
+pub use smelt_codegen::llvm::{ByCpu, MachineSchedule, MathMode, RowPrefetch};
 pub use smelt_frontend as frontend;
 pub use smelt_ir as ir;
 pub use smelt_ir::Signature;
@@ -144,7 +144,12 @@ pub struct Options {
     /// per block of 256 elements, cut in the middle of that op, instead of one
     /// ([`smelt_codegen::llvm::JitOptions::loop_fission`]; by default where it was
     /// measured, AMD Zen 3). Values are the same either way.
-    pub loop_fission: LoopFission,
+    pub loop_fission: ByCpu,
+    /// On the CPU: whether kernels' f32 constants are loaded once from memory instead of
+    /// being LLVM constants, which on AVX2 it broadcasts again inside long loops
+    /// ([`smelt_codegen::llvm::JitOptions::constant_loads`]; by default where it was
+    /// measured, AMD Zen 3). Values are the same either way.
+    pub constant_loads: ByCpu,
     /// On the CPU: f32 matrix products (linear layers) of at most this many rows run on
     /// smelt's panel kernel (with AVX-512F, or AVX2 and FMA), with bound weights packed for it
     /// once at compile time, and larger ones on the `gemm` crate. `None`:
@@ -203,6 +208,7 @@ impl Options {
             },
             tile_transposes: !self.no_tiled_transposes,
             loop_fission: self.loop_fission,
+            constant_loads: self.constant_loads,
             ..defaults
         }
     }
@@ -216,12 +222,12 @@ impl Options {
         })
     }
 
-    /// Whether long elementwise bodies run in two loops on this machine's CPU under these
-    /// options ([`Options::loop_fission`] resolved by [`LoopFission::for_cpu`]; `false`
-    /// where the host CPU is unknown, as in a build without LLVM).
-    pub fn host_loop_fission(&self) -> bool {
+    /// Whether `choice` ([`Options::loop_fission`], [`Options::constant_loads`]) is on for
+    /// this machine's CPU (`Auto` on AMD Zen 3, [`smelt_codegen::llvm::zen3`]); `false` where
+    /// the host CPU is unknown, as in a build without LLVM.
+    pub fn host_choice(choice: ByCpu) -> bool {
         smelt_codegen::llvm::host_target()
-            .is_ok_and(|h| self.loop_fission.for_cpu(&h.cpu, &h.features))
+            .is_ok_and(|h| choice.on(smelt_codegen::llvm::zen3(&h.cpu, &h.features)))
     }
 }
 

@@ -182,8 +182,8 @@ enum Command {
         /// against the same with KNOB flipped (B), called alternately in one process, with
         /// A/B and whether their outputs have the same bits. KNOB: streaming-stores,
         /// prefetch, row-prefetch, first-pass-prefetch, libm-math, fast-math,
-        /// interleave-rows, interleave-vectors, gemm-panel-rows, tiled-transposes or
-        /// loop-fission.
+        /// interleave-rows, interleave-vectors, gemm-panel-rows, tiled-transposes,
+        /// loop-fission or constant-loads.
         #[arg(long, value_name = "KNOB", value_parser = |s: &str| s.parse::<smelt::bench::compare::Knob>())]
         compare: Option<smelt::bench::compare::Knob>,
     },

@@ -485,24 +485,27 @@ fn transposed_reads_match_the_interpreter() {
     }
 }
 
-/// Long elementwise bodies split into two loops per block of 256 elements (`LoopFission::On`;
-/// `Auto` splits them on AMD Zen 3 only) give the same bits as in one loop
-/// (`LoopFission::Off`): a `tanh` whose operand is also used after it (the bench's chain),
-/// bias + GELU + residual (`erf`), a `tanh` of a value holding an `exp` that the second loop
-/// uses too (kept in scratch rather than computed again), GELU's `tanh` form, and `erf` in
-/// f16 and bf16. Inputs hold NaN, infinities, signed zeros, subnormals and values past where
-/// `tanh` and `erf` round to ±1; sizes have blocks and a rest, rows cut mid-block, and one
-/// case is 16 MiB (its stores stream: the peeled loop's main part is split). Through `run`
-/// and `run_into`, both agree with each other bit for bit and with the reference interpreter
-/// within the polynomials' error. The generated IR has the scratch arrays with `On` (per
-/// kernel function: the cut op's two parts, and one kept value) and none with `Off`.
+/// Long elementwise bodies split into two loops per block of 256 elements
+/// (`Options::loop_fission`; `Auto` splits them on AMD Zen 3 only) and f32 constants loaded
+/// from memory (`Options::constant_loads`, likewise) give the same bits as one loop and LLVM
+/// constants, in every combination of the two: a `tanh` whose operand is also used after it
+/// (the bench's chain), bias + GELU + residual (`erf`), a `tanh` of a value holding an `exp`
+/// that the second loop uses too (kept in scratch rather than computed again), GELU's `tanh`
+/// form, `erf` in f16 and bf16, and an add + softmax (a row kernel, never split). Inputs hold
+/// NaN, infinities, signed zeros, subnormals and values past where `tanh` and `erf` round to
+/// ±1; sizes have blocks and a rest, rows cut mid-block, and one case is 16 MiB (its stores
+/// stream: the peeled loop's main part is split). Through `run` and `run_into`, all agree
+/// with each other bit for bit and with the reference interpreter within the polynomials'
+/// error. The generated IR has the scratch arrays when split (per kernel function: the cut
+/// op's two parts, and one kept value) and none otherwise, and the constants' globals only
+/// when they are loaded.
 #[test]
-fn loop_fission_changes_no_value() {
+fn long_body_options_change_no_value() {
     use smelt::frontend::{GeluApproximation, Tracer};
     use smelt::ir::interp::eval;
     use smelt::ir::tensor::TensorData;
     use smelt::ir::DType;
-    use smelt::{compile_with, Device, LoopFission, Options};
+    use smelt::{compile_with, ByCpu, Device, Options};
     let special = [
         f32::NAN,
         -f32::NAN,
@@ -553,8 +556,9 @@ fn loop_fission_changes_no_value() {
     };
     let gelu_tanh: Build = |x, r| x.gelu(GeluApproximation::Tanh).unwrap().mul(r).unwrap();
     let erf: Build = |x, _| x.erf().unwrap().add(x).unwrap();
+    let softmax: Build = |x, r| x.add(r).unwrap().softmax(-1).unwrap();
     // (what, dtype, shape, graph, scratch arrays when split)
-    let cases: [(&str, DType, Vec<usize>, Build, usize); 8] = [
+    let cases: [(&str, DType, Vec<usize>, Build, usize); 9] = [
         ("chain", DType::F32, vec![1000], chain, 2),
         ("chain", DType::F32, vec![4, 1 << 20], chain, 2),
         ("gelu", DType::F32, vec![3, 700], gelu, 2),
@@ -563,6 +567,7 @@ fn loop_fission_changes_no_value() {
         ("gelu tanh", DType::F32, vec![2, 1300], gelu_tanh, 2),
         ("erf", DType::F16, vec![5, 333], erf, 2),
         ("erf", DType::BF16, vec![2, 600], erf, 2),
+        ("softmax", DType::F32, vec![9, 700], softmax, 0),
     ];
     for (what, d, shape, build, arrays) in cases {
         let numel: usize = shape.iter().product();
@@ -583,37 +588,44 @@ fn loop_fission_changes_no_value() {
         ]);
         let oracle = eval(&graph, &inputs).unwrap().remove(0).1;
         let mut outputs = Vec::new();
-        for fission in [LoopFission::Off, LoopFission::On] {
+        use ByCpu::{Off, On};
+        for (fission, loads) in [(Off, Off), (On, Off), (Off, On), (On, On)] {
             let options = Options {
                 device: Device::Cpu,
                 loop_fission: fission,
+                constant_loads: loads,
                 ..Options::default()
             };
-            assert_eq!(options.jit_options().loop_fission, fission);
+            let jit = options.jit_options();
+            assert_eq!((jit.loop_fission, jit.constant_loads), (fission, loads));
             let program = smelt::emit::lower(&graph, &options).unwrap();
-            let (ir, _) =
-                smelt_codegen::llvm::program_listing(&program, &options.jit_options()).unwrap();
+            let (ir, _) = smelt_codegen::llvm::program_listing(&program, &jit).unwrap();
+            let how = format!("{what} {d} {shape:?} fission {fission}, constant loads {loads}");
             // Per kernel function: a streaming kernel has a plain-store twin.
             let scratch = ir.matches("alloca [256 x float]").count();
-            let split = fission == LoopFission::On;
             assert!(
-                if split {
+                if fission == On && arrays > 0 {
                     scratch > 0 && scratch % arrays == 0
                 } else {
                     scratch == 0
                 },
-                "{what} {d} {shape:?} {fission}: {scratch} scratch arrays"
+                "{how}: {scratch} scratch arrays"
+            );
+            let globals = ir.matches(" global float ").count();
+            assert_eq!(
+                globals > 0,
+                loads == On,
+                "{how}: {globals} constant globals"
             );
             let compiled = compile_with(&graph, options).unwrap();
             let fresh = compiled.run(&inputs).unwrap().get("y").unwrap().clone();
             let mut into = vec![HostTensor::zeros(d, shape.clone())];
             compiled.run_into(&inputs, &mut into).unwrap();
-            outputs.push((fission, fresh));
-            outputs.push((fission, into.remove(0)));
+            outputs.push((how.clone(), fresh));
+            outputs.push((how, into.remove(0)));
         }
         let (_, first) = &outputs[0];
-        for (fission, got) in &outputs {
-            let what = format!("{what} {d} {shape:?} {fission}");
+        for (what, got) in &outputs {
             for i in 0..numel {
                 let (g, b) = (got.data().get_f64(i), first.data().get_f64(i));
                 assert_eq!(g.to_bits(), b.to_bits(), "{what}: element {i}");

@@ -9,7 +9,7 @@ mod with_llvm {
         program_listing, reduce_group, CompiledKernels,
     };
     use smelt_codegen::llvm::{
-        host_target, CpuTarget, JitOptions, LoopFission, MachineSchedule, MathMode, RowPrefetch,
+        host_target, zen3, ByCpu, CpuTarget, JitOptions, MachineSchedule, MathMode, RowPrefetch,
         MACHINE_SCHEDULE_VAR,
     };
     use smelt_ir::{BinaryOp, DType, NodeId, Scalar, UnaryOp};
@@ -838,12 +838,12 @@ mod with_llvm {
         );
     }
 
-    /// `LoopFission::Auto` splits long bodies on AMD Zen 3 only (`znver3` without AVX-512F,
-    /// read as LLVM reads the feature string), Zen 4 not included; `On` and `Off` stand for
-    /// themselves everywhere.
+    /// `zen3` is AMD Zen 3 only (`znver3` without AVX-512F, read as LLVM reads the feature
+    /// string), Zen 4 not included; `ByCpu::Auto` (loop fission's and constant loads'
+    /// default) stands for what it is given, `On` and `Off` for themselves.
     #[test]
-    fn loop_fission_goes_by_the_cpu() {
-        use LoopFission::{Auto, Off, On};
+    fn by_cpu_choices_go_by_the_cpu() {
+        use ByCpu::{Auto, Off, On};
         let (zen3, zen4) = ("+avx2,+fma,-avx512f", "+avx2,+fma,+avx512f,+avx512vl");
         for (cpu, features, want) in [
             ("znver3", zen3, true),
@@ -857,9 +857,13 @@ mod with_llvm {
             ("x86-64-v3", "", false),
             ("", "", false),
         ] {
-            assert_eq!(Auto.for_cpu(cpu, features), want, "{cpu:?} {features:?}");
-            assert!(On.for_cpu(cpu, features), "{cpu:?}");
-            assert!(!Off.for_cpu(cpu, features), "{cpu:?}");
+            let measured = zen3(cpu, features);
+            assert_eq!(measured, want, "{cpu:?} {features:?}");
+            assert_eq!(Auto.on(measured), want);
+            assert!(On.on(measured) && !Off.on(measured), "{cpu:?}");
+        }
+        for (c, name) in [(Auto, "auto"), (On, "on"), (Off, "off")] {
+            assert_eq!(c.to_string(), name);
         }
     }
 

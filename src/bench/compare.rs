@@ -8,7 +8,7 @@
 
 use super::cases::{self, Case, Size};
 use super::run::{self, Budget, PlanTimes};
-use crate::{LoopFission, MathMode, Options, Result, RowPrefetch};
+use crate::{ByCpu, MathMode, Options, Result, RowPrefetch};
 use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
@@ -41,6 +41,18 @@ pub enum Knob {
     /// Long elementwise bodies in two loops per block ([`Options::loop_fission`]): this CPU's
     /// default against the other choice.
     LoopFission,
+    /// f32 constants loaded from memory ([`Options::constant_loads`]): this CPU's default
+    /// against the other choice.
+    ConstantLoads,
+}
+
+/// The other choice than `choice` on this machine's CPU: off where it is on, else on.
+fn other(choice: ByCpu) -> ByCpu {
+    if Options::host_choice(choice) {
+        ByCpu::Off
+    } else {
+        ByCpu::On
+    }
 }
 
 /// The panel kernel's row limit before the seventeenth session, what
@@ -49,7 +61,7 @@ pub const PANEL_ROWS_BEFORE: usize = 64;
 
 impl Knob {
     /// Every knob, in the order the CLI lists them.
-    pub const ALL: [Knob; 11] = [
+    pub const ALL: [Knob; 12] = [
         Knob::StreamingStores,
         Knob::Prefetch,
         Knob::RowPrefetch,
@@ -61,6 +73,7 @@ impl Knob {
         Knob::GemmPanelRows,
         Knob::TiledTransposes,
         Knob::LoopFission,
+        Knob::ConstantLoads,
     ];
 
     /// Whether the knob changes only how CPU kernels are generated (no effect on a GPU).
@@ -104,13 +117,8 @@ impl Knob {
                 }
             }
             Knob::TiledTransposes => o.no_tiled_transposes = !o.no_tiled_transposes,
-            Knob::LoopFission => {
-                o.loop_fission = if options.host_loop_fission() {
-                    LoopFission::Off
-                } else {
-                    LoopFission::On
-                }
-            }
+            Knob::LoopFission => o.loop_fission = other(options.loop_fission),
+            Knob::ConstantLoads => o.constant_loads = other(options.constant_loads),
         }
         o
     }
@@ -161,8 +169,14 @@ impl Knob {
                 "transposed reads by rows".into()
             }
             Knob::TiledTransposes => "transposed reads in tiles".into(),
-            Knob::LoopFission if options.host_loop_fission() => "long bodies in two loops".into(),
+            Knob::LoopFission if Options::host_choice(options.loop_fission) => {
+                "long bodies in two loops".into()
+            }
             Knob::LoopFission => "long bodies in one loop".into(),
+            Knob::ConstantLoads if Options::host_choice(options.constant_loads) => {
+                "constants loaded once".into()
+            }
+            Knob::ConstantLoads => "constants as LLVM constants".into(),
         }
     }
 }
@@ -181,6 +195,7 @@ impl fmt::Display for Knob {
             Knob::GemmPanelRows => "gemm-panel-rows",
             Knob::TiledTransposes => "tiled-transposes",
             Knob::LoopFission => "loop-fission",
+            Knob::ConstantLoads => "constant-loads",
         })
     }
 }

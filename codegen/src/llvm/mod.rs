@@ -30,7 +30,7 @@ mod options;
 
 pub use error::{LlvmError, Result};
 pub use options::{
-    CpuTarget, HostTarget, JitOptions, LoopFission, MachineSchedule, MathMode, OptLevel,
+    zen3, ByCpu, CpuTarget, HostTarget, JitOptions, MachineSchedule, MathMode, OptLevel,
     RowPrefetch, INTERLEAVE_VECTORS, MACHINE_SCHEDULE_VAR, NONTEMPORAL_MIN_BYTES, PREFETCH_BYTES,
     ROW_PREFETCH_MAX_BYTES, ROW_PREFETCH_ROWS,
 };

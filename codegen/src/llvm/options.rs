@@ -317,45 +317,65 @@ pub struct JitOptions {
     /// Whether elementwise kernels whose body holds an f32 `tanh` or `erf` run each block of
     /// 256 elements in two loops, cut in the middle of that op, with the values crossing the
     /// cut kept in L1 (`kernel/fission.rs`), so that each loop's iterations carry half as
-    /// long a chain of dependent operations (see [`LoopFission`]). Values are unchanged, bit
-    /// for bit. Default: [`LoopFission::Auto`], by the target CPU.
-    pub loop_fission: LoopFission,
+    /// long a chain of dependent operations. Values are unchanged, bit for bit. Default:
+    /// [`ByCpu::Auto`]: on AMD Zen 3 ([`zen3`]), where it was measured (BENCHMARKS.md,
+    /// fortieth session), and nowhere else, where nothing was.
+    pub loop_fission: ByCpu,
+    /// Whether the f32 constants of kernels with a transcendental op (whose polynomials bring
+    /// a dozen or two) are loads of globals holding them rather than LLVM constants
+    /// (`Emitter::f32_constant`), which LLVM cannot rematerialise: on AVX2, with 16 vector
+    /// registers and no instruction that takes a broadcast operand, LLVM otherwise broadcasts
+    /// the constants of long bodies (`tanh`, `erf`, softmax's `exp`) again inside their
+    /// loops, after an absolute address each (the JIT's large code model); as loads they are
+    /// broadcast once before the loops and read back from the stack as memory operands where
+    /// registers run out. On AMD Zen 3, side by side, bias-GELU ran 1.05x–1.11x and softmax
+    /// 1.04x–1.07x as fast (add + layer_norm, which has no such op, 1.12x as slow when it
+    /// was included). Values are unchanged, bit for bit. Default: [`ByCpu::Auto`]: on Zen 3
+    /// ([`zen3`]), where it was measured, and nowhere else.
+    pub constant_loads: ByCpu,
 }
 
-/// Whether long elementwise bodies are split into two loops ([`JitOptions::loop_fission`]).
+/// A code-generation choice made by the target CPU unless set ([`JitOptions::loop_fission`],
+/// [`JitOptions::constant_loads`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum LoopFission {
-    /// By the target CPU ([`LoopFission::for_cpu`]): on AMD Zen 3, off elsewhere.
+pub enum ByCpu {
+    /// On where the choice was measured better (each option says where), off elsewhere.
     #[default]
     Auto,
     /// Always.
     On,
-    /// Never: one loop, as before the fortieth session.
+    /// Never.
     Off,
 }
 
-impl LoopFission {
-    /// Whether long bodies are split on CPU `cpu` with LLVM feature string `features` (see
-    /// [`RowPrefetch::for_cpu`]): `Auto` splits them on AMD Zen 3 (`znver3` without
-    /// AVX-512F, as LLVM 14 names Zen 4 `znver3` too), where it was measured
-    /// (BENCHMARKS.md, fortieth session), and nowhere else, where nothing was.
-    pub fn for_cpu(self, cpu: &str, features: &str) -> bool {
+impl ByCpu {
+    /// Whether the choice is on, `Auto` standing for `measured`: whether the target CPU is
+    /// one where it was measured better.
+    pub fn on(self, measured: bool) -> bool {
         match self {
-            LoopFission::Auto => cpu == "znver3" && !avx512f(features),
-            LoopFission::On => true,
-            LoopFission::Off => false,
+            ByCpu::Auto => measured,
+            ByCpu::On => true,
+            ByCpu::Off => false,
         }
     }
 }
 
-impl fmt::Display for LoopFission {
+impl fmt::Display for ByCpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            LoopFission::Auto => "auto",
-            LoopFission::On => "on",
-            LoopFission::Off => "off",
+            ByCpu::Auto => "auto",
+            ByCpu::On => "on",
+            ByCpu::Off => "off",
         })
     }
+}
+
+/// Whether the CPU LLVM calls `cpu` with LLVM feature string `features` is AMD Zen 3:
+/// `znver3` without AVX-512F (read as LLVM reads `features`; LLVM 14 names Zen 4 `znver3`
+/// too), where [`JitOptions::loop_fission`] and [`JitOptions::constant_loads`] were
+/// measured.
+pub fn zen3(cpu: &str, features: &str) -> bool {
+    cpu == "znver3" && !avx512f(features)
 }
 
 impl Default for JitOptions {
@@ -371,7 +391,8 @@ impl Default for JitOptions {
             interleave_rows: true,
             interleave_vectors: Some(INTERLEAVE_VECTORS),
             tile_transposes: true,
-            loop_fission: LoopFission::Auto,
+            loop_fission: ByCpu::Auto,
+            constant_loads: ByCpu::Auto,
         }
     }
 }
@@ -409,8 +430,11 @@ impl fmt::Display for JitOptions {
         if !self.tile_transposes {
             write!(f, " tiles=off")?;
         }
-        if self.loop_fission != LoopFission::Auto {
+        if self.loop_fission != ByCpu::Auto {
             write!(f, " fission={}", self.loop_fission)?;
+        }
+        if self.constant_loads != ByCpu::Auto {
+            write!(f, " constant-loads={}", self.constant_loads)?;
         }
         Ok(())
     }

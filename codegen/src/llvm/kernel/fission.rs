@@ -18,13 +18,9 @@
 //!    about what a store and a load do), finishes the long op and the rest of the body, and
 //!    stores.
 //!
-//! In a kernel that splits, f32 constants are loads of globals holding them
-//! (`Emitter::f32_constant`), which LLVM cannot fold. As constants, on AVX2 (no instruction
-//! takes a broadcast operand; 16 vector registers) LLVM rematerialised them inside the loops
-//! wherever registers ran out, each as an absolute address (the JIT's large code model) and a
-//! broadcast, and spilled them all the same; as loads they are broadcast once before the
-//! loops, and read back from the stack as memory operands where registers run out. Side by
-//! side: bias-GELU 1.08x–1.11x and `tanh` 1.03x as fast, the chain unchanged (BENCHMARKS.md).
+//! The split loops need as many constants as the one loop, and on AVX2 they are what runs
+//! out of registers: `JitOptions::constant_loads` (on where loop fission is) keeps them from
+//! being broadcast again inside the loops.
 //!
 //! Each value is computed by the same operations on the same inputs as in one loop, so
 //! results are the same, bit for bit. Only the store loop of a kernel with one elementwise
