@@ -844,9 +844,9 @@ mod with_llvm {
     #[test]
     fn by_cpu_choices_go_by_the_cpu() {
         use ByCpu::{Auto, Off, On};
-        let (zen3, zen4) = ("+avx2,+fma,-avx512f", "+avx2,+fma,+avx512f,+avx512vl");
+        let (zen3_features, zen4) = ("+avx2,+fma,-avx512f", "+avx2,+fma,+avx512f,+avx512vl");
         for (cpu, features, want) in [
-            ("znver3", zen3, true),
+            ("znver3", zen3_features, true),
             ("znver3", "+avx512f,-avx512f", true),
             ("znver3", "+avx512f,+avx512vl,-avx2", true),
             ("znver3", zen4, false),
