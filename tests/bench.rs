@@ -207,8 +207,22 @@ fn cli_writes_json_and_chart() {
                 )),
                 "{stdout}"
             );
+            // Loop fission and constant loads as this CPU's default has them (AMD Zen 3).
+            let zen3 = smelt_codegen::llvm::zen3(&host.cpu, &host.features);
+            assert_eq!(report["loop_fission"], zen3, "{report}");
+            assert_eq!(report["constant_loads"], zen3, "{report}");
+            let line = if zen3 {
+                "with tanh/erf: two loops per 256-element block; constants of kernels with \
+                 exp/tanh/erf: loaded once"
+            } else {
+                "with tanh/erf: one loop; constants of kernels with exp/tanh/erf: LLVM constants"
+            };
+            assert!(stdout.contains(line), "{stdout}");
         }
-        Err(_) => assert!(report["machine_schedule"].is_null(), "{report}"),
+        Err(_) => {
+            assert!(report["machine_schedule"].is_null(), "{report}");
+            assert!(report["loop_fission"].is_null(), "{report}");
+        }
     }
     assert!(
         stdout.contains("store loops and split reductions: 4 vectors per iteration"),

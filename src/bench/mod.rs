@@ -119,9 +119,17 @@ pub struct Report {
     /// vectoriser chooses (`--no-interleave-vectors`).
     pub interleave_vectors: Option<u32>,
     /// The direction LLVM's machine scheduler orders CPU kernels' instructions in, for this
-    /// host or as `SMELT_MACHINE_SCHEDULE` set it (`top-down` on AMD Zen 3, else
-    /// `bottom-up`; see `MachineSchedule`); `None` in a build without the CPU backend.
+    /// host or as `SMELT_MACHINE_SCHEDULE` set it (`bottom-up` unless it says `top-down`;
+    /// see `MachineSchedule`); `None` in a build without the CPU backend.
     pub machine_schedule: Option<String>,
+    /// Whether CPU elementwise kernels with an f32 `tanh` or `erf` run in two loops per
+    /// block on this host (`Options::loop_fission`, by default on AMD Zen 3); `None` in a
+    /// build without the CPU backend.
+    pub loop_fission: Option<bool>,
+    /// Whether CPU kernels with a transcendental op load their f32 constants once from
+    /// memory on this host (`Options::constant_loads`, by default on AMD Zen 3); `None` in a
+    /// build without the CPU backend.
+    pub constant_loads: Option<bool>,
     /// The alignment, in bytes, of a large tensor's data in this process
     /// ([`large_tensor_alignment`]): 64 or more under [`crate::LargeAligned`] (the `smelt`
     /// tool's allocator), usually 16 under the system allocator, on which memory-bound kernels
@@ -355,6 +363,12 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         machine_schedule: smelt_codegen::llvm::host_target()
             .ok()
             .map(|h| h.schedule.to_string()),
+        loop_fission: smelt_codegen::llvm::host_target()
+            .ok()
+            .map(|_| crate::Options::host_choice(jit.loop_fission)),
+        constant_loads: smelt_codegen::llvm::host_target()
+            .ok()
+            .map(|_| crate::Options::host_choice(jit.constant_loads)),
         tensor_alignment: large_tensor_alignment(),
         huge_pages: huge_pages(),
         block_cache_bytes: smelt_runtime::alloc::block_cache_limit() as u64,

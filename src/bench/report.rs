@@ -59,6 +59,22 @@ pub fn tables(r: &Report) -> String {
     if let Some(schedule) = &r.machine_schedule {
         let _ = writeln!(s, "cpu kernels' instructions scheduled {schedule}");
     }
+    if let (Some(fission), Some(loads)) = (r.loop_fission, r.constant_loads) {
+        let _ = writeln!(
+            s,
+            "cpu elementwise kernels with tanh/erf: {}; constants of kernels with exp/tanh/erf: {}",
+            if fission {
+                "two loops per 256-element block"
+            } else {
+                "one loop"
+            },
+            if loads {
+                "loaded once"
+            } else {
+                "LLVM constants"
+            }
+        );
+    }
     let _ = writeln!(
         s,
         "tensors of >= {} KiB start on {}-byte boundaries{}",

@@ -55,8 +55,8 @@ fn machine_schedule() -> Result<MachineSchedule> {
         .clone()
 }
 
-/// LLVM's name of the host CPU and its host feature string (computed once), for both
-/// [`machine_schedule`] and [`host_target`].
+/// LLVM's name of the host CPU and its host feature string (computed once), for
+/// [`host_target`].
 fn host_cpu() -> &'static (String, String) {
     static CPU: OnceLock<(String, String)> = OnceLock::new();
     CPU.get_or_init(|| {
