@@ -491,10 +491,11 @@ fn transposed_reads_match_the_interpreter() {
 /// constants, in every combination of the two: a `tanh` whose operand is also used after it
 /// (the bench's chain), bias + GELU + residual (`erf`), a `tanh` of a value holding an `exp`
 /// that the second loop uses too (kept in scratch rather than computed again), GELU's `tanh`
-/// form, `erf` in f16 and bf16, and an add + softmax (a row kernel, never split). Inputs hold
-/// NaN, infinities, signed zeros, subnormals and values past where `tanh` and `erf` round to
-/// ±1; sizes have blocks and a rest, rows cut mid-block, and one case is 16 MiB (its stores
-/// stream: the peeled loop's main part is split). Through `run` and `run_into`, all agree
+/// form, `erf` in f16 and bf16, a `tanh` and an `erf` in one body (cut at the first, the
+/// second whole in the second loop), and an add + softmax (a row kernel, never split). Inputs
+/// hold NaN, infinities, signed zeros, subnormals and values past where `tanh` and `erf`
+/// round to ±1; sizes have blocks and a rest, rows cut mid-block, and one case is 16 MiB
+/// (its stores stream: the peeled loop's main part is split). Through `run` and `run_into`, all agree
 /// with each other bit for bit and with the reference interpreter within the polynomials'
 /// error. The generated IR has the scratch arrays when split (per kernel function: the cut
 /// op's two parts, and one kept value) and none otherwise, and the constants' globals only
@@ -557,8 +558,9 @@ fn long_body_options_change_no_value() {
     let gelu_tanh: Build = |x, r| x.gelu(GeluApproximation::Tanh).unwrap().mul(r).unwrap();
     let erf: Build = |x, _| x.erf().unwrap().add(x).unwrap();
     let softmax: Build = |x, r| x.add(r).unwrap().softmax(-1).unwrap();
+    let two: Build = |x, r| x.tanh().unwrap().add(&r.erf().unwrap()).unwrap();
     // (what, dtype, shape, graph, scratch arrays when split)
-    let cases: [(&str, DType, Vec<usize>, Build, usize); 9] = [
+    let cases: [(&str, DType, Vec<usize>, Build, usize); 10] = [
         ("chain", DType::F32, vec![1000], chain, 2),
         ("chain", DType::F32, vec![4, 1 << 20], chain, 2),
         ("gelu", DType::F32, vec![3, 700], gelu, 2),
@@ -568,6 +570,7 @@ fn long_body_options_change_no_value() {
         ("erf", DType::F16, vec![5, 333], erf, 2),
         ("erf", DType::BF16, vec![2, 600], erf, 2),
         ("softmax", DType::F32, vec![9, 700], softmax, 0),
+        ("tanh and erf", DType::F32, vec![3, 531], two, 2),
     ];
     for (what, d, shape, build, arrays) in cases {
         let numel: usize = shape.iter().product();
