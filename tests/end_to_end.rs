@@ -558,7 +558,7 @@ fn long_body_options_change_no_value() {
     let gelu_tanh: Build = |x, r| x.gelu(GeluApproximation::Tanh).unwrap().mul(r).unwrap();
     let erf: Build = |x, _| x.erf().unwrap().add(x).unwrap();
     let softmax: Build = |x, r| x.add(r).unwrap().softmax(-1).unwrap();
-    let two: Build = |x, r| x.tanh().unwrap().add(&r.erf().unwrap()).unwrap();
+    let two: Build = |x, r| x.tanh().unwrap().add(r.erf().unwrap()).unwrap();
     // (what, dtype, shape, graph, scratch arrays when split)
     let cases: [(&str, DType, Vec<usize>, Build, usize); 10] = [
         ("chain", DType::F32, vec![1000], chain, 2),
