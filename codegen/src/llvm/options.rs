@@ -328,8 +328,8 @@ pub struct JitOptions {
     /// the constants of long bodies (`tanh`, `erf`, softmax's `exp`) again inside their
     /// loops, after an absolute address each (the JIT's large code model); as loads they are
     /// broadcast once before the loops and read back from the stack as memory operands where
-    /// registers run out. On AMD Zen 3, side by side, bias-GELU ran 1.05x–1.11x and softmax
-    /// 1.04x–1.07x as fast (add + layer_norm, which has no such op, 1.12x as slow when it
+    /// registers run out. On AMD Zen 3, side by side, bias-GELU ran 1.04x–1.12x and softmax
+    /// 1.04x–1.09x as fast (add + layer_norm, which has no such op, 1.12x as slow when it
     /// was included). Values are unchanged, bit for bit. Default: [`ByCpu::Auto`]: on Zen 3
     /// ([`zen3`]), where it was measured, and nowhere else.
     pub constant_loads: ByCpu,
