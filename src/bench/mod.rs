@@ -346,6 +346,9 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         _ => None,
     };
     let jit = compile_options.jit_options();
+    // The host CPU's choices (none in a build without the CPU backend).
+    let host = smelt_codegen::llvm::host_target().ok();
+    let zen3 = host.map(|h| smelt_codegen::llvm::zen3(&h.cpu, &h.features));
     Ok(Report {
         smelt_version: env!("CARGO_PKG_VERSION").to_string(),
         date: report::utc_now(),
@@ -360,15 +363,9 @@ pub fn run_suite(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<
         streaming_stores_min_bytes: jit.nontemporal_min_bytes,
         interleave_rows: jit.interleave_rows,
         interleave_vectors: jit.interleave_vectors,
-        machine_schedule: smelt_codegen::llvm::host_target()
-            .ok()
-            .map(|h| h.schedule.to_string()),
-        loop_fission: smelt_codegen::llvm::host_target()
-            .ok()
-            .map(|_| crate::Options::host_choice(jit.loop_fission)),
-        constant_loads: smelt_codegen::llvm::host_target()
-            .ok()
-            .map(|_| crate::Options::host_choice(jit.constant_loads)),
+        machine_schedule: host.map(|h| h.schedule.to_string()),
+        loop_fission: zen3.map(|z| jit.loop_fission.on(z)),
+        constant_loads: zen3.map(|z| jit.constant_loads.on(z)),
         tensor_alignment: large_tensor_alignment(),
         huge_pages: huge_pages(),
         block_cache_bytes: smelt_runtime::alloc::block_cache_limit() as u64,
