@@ -3,10 +3,11 @@
 
     python3 scripts/fit-poly.py expm1      # EXPM1_P: e^s - 1 = s + s^2 P(s), |s| <= ln2/2
     python3 scripts/fit-poly.py exp        # EXP_P: e^s = 1 + s + s^2 P(s), |s| <= ln2/2
+    python3 scripts/fit-poly.py erf        # ERF_M, ERF_C, ERF_PIECES: erf by four pieces
 
 Needs mpmath (`pip install mpmath`; it is not a dependency of the project). The fit is
-weighted least squares on 1500 Chebyshev nodes, reweighted by Lawson's rule towards the
-minimax of the relative error, in 40-digit arithmetic; the coefficients printed are rounded
+weighted least squares on 1500 Chebyshev nodes (erf's pieces: 500, 40 rounds), reweighted
+by Lawson's rule towards the minimax of the relative error, in 40-digit arithmetic; the coefficients printed are rounded
 to f32, highest degree first, as poly.rs lists them. The error printed is the fit's, before
 rounding: what the kernels reach with the rounded coefficients and f32 arithmetic is measured
 by codegen/tests/llvm_math.rs over every f32.
@@ -85,11 +86,70 @@ def exp():
     return exp_tail(mp.exp)
 
 
-FITS = {"expm1": expm1, "exp": exp}
+ERF_BOUNDS = [0.75, 1.65, 2.7, 3.9375]
+ERF_DEGREE = 7
+
+
+def erf_centre(c):
+    """The f32 m nearest `c` (stepping out ulp by ulp) whose erf(m) is within 0.002 ulp of an
+    f32, with that f32: the constant term of its piece is then nearly exact."""
+    bits = struct.unpack("I", struct.pack("f", c))[0]
+    for d in range(200000):
+        for sign in (1, -1):
+            m = struct.unpack("f", struct.pack("I", bits + sign * d))[0]
+            e = mp.erf(mp.mpf(m))
+            ef = f32(e)
+            ulp = mp.mpf(2) ** (mp.floor(mp.log(ef, 2)) - 23)
+            if abs(e - ef) / ulp < 0.002:
+                return m, ef
+    raise ValueError(f"no centre near {c}")
+
+
+def erf():
+    """erf by pieces: on [0, 0.75) erf(a) = a + a P(a), the error relative to erf; on each
+    further interval erf(a) = erf(m) + t P(t), t = a - m, the error relative to erf. Prints
+    the tables poly.rs holds and each piece's error."""
+    lo = 0.0
+    pieces = []
+    for hi in ERF_BOUNDS:
+        if lo == 0.0:
+            m, c = 0.0, 0.0
+
+            def f(a):
+                return mp.erf(a) / a - 1 if a else 2 / mp.sqrt(mp.pi) - 1
+
+            def w(a):
+                return a / mp.erf(a) if a else mp.sqrt(mp.pi) / 2
+
+            coeffs, err = lawson(f, w, mp.mpf(lo), mp.mpf(hi), ERF_DEGREE, 40, 500)
+        else:
+            m, c = erf_centre((lo + hi) / 2)
+
+            def f(t, m=m, c=c):
+                return (mp.erf(m + t) - c) / t if t else 2 / mp.sqrt(mp.pi) * mp.exp(-mp.mpf(m) ** 2)
+
+            def w(t, m=m):
+                return abs(t) / mp.erf(m + t)
+
+            coeffs, err = lawson(f, w, mp.mpf(lo) - m, mp.mpf(hi) - m, ERF_DEGREE, 40, 500)
+        print(f"[{lo}, {hi}): m = {m!r}, erf(m) = {c!r}, max relative error before rounding: {mp.nstr(err, 3)}")
+        pieces.append((m, c, [f32(v) for v in reversed(coeffs)]))
+        lo = hi
+    print("ERF_M:", ", ".join(shortest(p[0]) for p in pieces))
+    print("ERF_C:", ", ".join(shortest(p[1]) for p in pieces))
+    print("ERF_PIECES (highest degree first, one row per degree, one column per piece):")
+    for j in range(ERF_DEGREE + 1):
+        print("    [" + ", ".join(shortest(p[2][j]) for p in pieces) + "],")
+
+
+FITS = {"expm1": expm1, "exp": exp, "erf": erf}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in FITS:
         sys.exit(f"usage: {sys.argv[0]} {'|'.join(FITS)}")
+    if sys.argv[1] == "erf":
+        erf()
+        sys.exit()
     coeffs, err = FITS[sys.argv[1]]()
     print(f"max relative error before rounding: {mp.nstr(err, 3)}")
     print("highest degree first (f32):")

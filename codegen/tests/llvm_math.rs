@@ -8,7 +8,7 @@
 //! sweep of the range where each function is not constant, and each branch threshold ±4 ulp);
 //! the ignored tests run every one of the 2^32 inputs (`cargo test --release -p smelt-codegen
 //! --test llvm_math -- --ignored`, about 100 s per function; measured worst: `exp` 0.894 ulp
-//! at 5.201929, `tanh` 1.073 ulp at 0.19335605, `erf` 1.219 ulp at 0.89793200).
+//! at 5.201929, `tanh` 1.073 ulp at 0.19335605, `erf` 0.922 ulp at 0.72014844).
 
 #[cfg(feature = "llvm")]
 mod with_llvm {
@@ -211,7 +211,13 @@ mod with_llvm {
             10.0,
             &[0.173_286_8, 0.519_860_4, 9.1, 1e-20],
         ),
-        (UnaryOp::Erf, erf_oracle, 1.5, 4.5, &[0.875, 3.9375, 1e-20]),
+        (
+            UnaryOp::Erf,
+            erf_oracle,
+            1.0,
+            4.5,
+            &[0.75, 1.65, 2.7, 3.9375, 1e-20],
+        ),
     ];
 
     #[test]
@@ -295,8 +301,8 @@ mod with_llvm {
         }
     }
 
-    /// Named AVX-512 targets (with and without VL) build the `vscalefps` form of `exp`, `erf`
-    /// and `sigmoid` (`tanh` never scales), and no `smelt.scalef` helper survives
+    /// Named AVX-512 targets (with and without VL) build the `vscalefps` form of `exp` and
+    /// `sigmoid` (`tanh` and `erf` never scale), and no `smelt.scalef` helper survives
     /// optimisation; targets without AVX-512F, including one whose feature string turns it
     /// off again, build the generic form. Only IR is built, so this runs on any x86-64 host.
     #[test]
@@ -323,10 +329,10 @@ mod with_llvm {
                 let (k, decls) = unary_kernel(op, 1024);
                 let ir = optimized_kernel_ir(&k, &decls, &options).unwrap();
                 let what = format!("{op} for {cpu} {features:?}");
-                // `tanh` builds its `2^q` from exponent bits on every target.
+                // `tanh` builds its `2^q` from exponent bits on every target; `erf` has none.
                 assert_eq!(
                     ir.contains("@llvm.x86.avx512.mask.scalef.ps"),
-                    scalef && op != UnaryOp::Tanh,
+                    scalef && !matches!(op, UnaryOp::Tanh | UnaryOp::Erf),
                     "{what}:\n{ir}"
                 );
                 assert!(
@@ -377,6 +383,54 @@ mod with_llvm {
     #[ignore]
     fn erf_is_within_its_bound_for_every_f32() {
         exhaustive(UnaryOp::Erf);
+    }
+
+    /// `erf`'s per-lane coefficients are `vpermilps` on x86 targets whose features have AVX
+    /// (8 lanes on x86-64-v3, 16 with AVX-512F), and a select chain, still vectorised, on one
+    /// without (x86-64, SSE2, or AVX turned off again); no `smelt.pick4` helper survives
+    /// optimisation. Only IR is built, so this
+    /// runs on any x86-64 host.
+    #[test]
+    fn erf_picks_coefficients_with_vpermilps_where_there_is_avx() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let cases = [
+            (
+                "x86-64-v3",
+                "+avx2,+fma,+avx",
+                Some("@llvm.x86.avx.vpermilvar.ps.256"),
+            ),
+            (
+                "skylake-avx512",
+                "+avx512f",
+                Some("@llvm.x86.avx512.vpermilvar.ps.512"),
+            ),
+            ("x86-64", "", None),
+            ("x86-64-v3", "+avx2,+fma,+avx,-avx", None),
+        ];
+        for (cpu, features, want) in cases {
+            let options = JitOptions {
+                target: CpuTarget::Named {
+                    cpu: cpu.into(),
+                    features: features.into(),
+                },
+                math: MathMode::Polynomial,
+                ..JitOptions::default()
+            };
+            let (k, decls) = unary_kernel(UnaryOp::Erf, 1024);
+            let ir = optimized_kernel_ir(&k, &decls, &options).unwrap();
+            let what = format!("erf for {cpu} {features:?}");
+            match want {
+                Some(intrinsic) => assert!(ir.contains(intrinsic), "{what}: no {intrinsic}:\n{ir}"),
+                None => assert!(!ir.contains("vpermilvar"), "{what}: a vpermilps:\n{ir}"),
+            }
+            assert!(
+                !ir.contains("smelt.pick4"),
+                "{what}: a helper survived:\n{ir}"
+            );
+            assert!(ir.contains("x float>"), "{what}: not vectorised:\n{ir}");
+        }
     }
 
     /// A host build and a generic one of `op` over `n` elements, where the host has AVX-512F

@@ -58,6 +58,7 @@ mod fission;
 mod inflight;
 mod interleave;
 mod math;
+mod pick;
 mod poly;
 mod prefetch;
 mod reduce;
@@ -71,6 +72,7 @@ pub use interleave::{interleaves, INTERLEAVE_MAX_BYTES, INTERLEAVE_MAX_ROW};
 
 use crate::transposed::stores_walk_last_outer_dim;
 use access::check_affine_bounds;
+pub use pick::Pick;
 pub(crate) use prefetch::insert_prefetches;
 use prefetch::{first_pass_loads, row_distance, FIRST_PASS_ATTR, NO_PREFETCH_ATTR, PREFETCH_ATTR};
 pub(crate) use scalef::inline_after_vectorizing;
@@ -427,6 +429,9 @@ pub struct KernelOptions {
     /// The AVX-512 `vscalefps` forms the polynomials may use (see `scalef`); `Generic` for
     /// other targets.
     pub scalef: Scalef,
+    /// The `vpermilps` forms per-lane table lookups may use (see `pick`); `Generic` for
+    /// other targets.
+    pub pick: Pick,
     /// Row kernels compute two rows at a time, stage by stage (see `interleaved_points`).
     pub interleave_rows: bool,
     /// How row kernels out of cache prefetch (`JitOptions::row_prefetch` for the target CPU,
@@ -457,6 +462,7 @@ impl KernelOptions {
             math: options.math,
             nontemporal_min_bytes: options.nontemporal_min_bytes,
             scalef: Scalef::for_features(&features),
+            pick: Pick::for_features(&features),
             interleave_rows: options.interleave_rows,
             row_prefetch: options.row_prefetch.for_cpu(&cpu, &features),
             first_pass_prefetch: options.first_pass_prefetch,
@@ -621,6 +627,7 @@ pub fn build_kernel<'ctx>(
         reuse: HashMap::new(),
         math: options.math,
         scalef: options.scalef,
+        pick: options.pick,
         streaming,
         aligned: None,
         interleave: options.interleave_rows && interleave::interleaves(kernel, buffers),
@@ -791,6 +798,8 @@ pub(crate) struct Emitter<'a, 'ctx> {
     pub math: MathMode,
     /// The AVX-512 `vscalefps` forms `exp`'s `2^q` may use (see `scalef`).
     pub scalef: Scalef,
+    /// The `vpermilps` forms per-lane table lookups may use (see `pick`).
+    pub pick: Pick,
     /// Whether contiguous store loops are peeled for streaming stores (see `stream`).
     pub streaming: bool,
     /// Inside such a loop's aligned part: the store addressed from the aligned pointer.

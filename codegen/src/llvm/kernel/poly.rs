@@ -1,6 +1,7 @@
 //! f32 `exp`, `tanh` and `erf` as straight-line f32 polynomials ([`MathMode::Polynomial`], the
-//! default): no tables, no f64, no divisions but `tanh`'s one, every branch computed and the
-//! right one selected, so the loop vectoriser widens them to the full SIMD width.
+//! default): no memory tables, no f64, no divisions but `tanh`'s one, no branches (every
+//! branch computed and the right one selected, or each lane's coefficients picked from
+//! registers), so the loop vectoriser widens them to the full SIMD width.
 //!
 //! - `exp(x)`: `x = q·ln2 + s` (`q = rint(x/ln2)`, rounded by adding and subtracting
 //!   `1.5·2^23`; Cody–Waite with a two-part `ln2`, `|s| ≤ ln2/2`), `e^s` by a degree-6
@@ -18,17 +19,23 @@
 //!   fl(E + 2)`, `d`'s rounding error and `elo`. This replaced a polynomial below 0.75 and
 //!   `1 - 2/(e^(2|x|) + 1)` above, both computed for every lane: the same worst error
 //!   (1.066 against 1.057 ulp), one polynomial fewer and a shorter dependency chain.
-//! - `erf(x)`: `|x| < 0.875`: `x + x·P(x²)` (P of degree 6); above: `1 - e^Q(|x|)` where `Q`
-//!   (degree 8) fits `ln erfc` on `[0.875, 3.9375]`, `|x|` clamped to 3.9375 (where `erf`
-//!   rounds to 1); sign restored with `copysign`. `e^Q` is `exp`'s polynomial with a one-part
-//!   `ln2` and `2^q` added to the exponent bits (its `q` is small and its result normal): a
-//!   multiply-add and a multiply fewer per vector, which on AMD Zen 3 would queue for the
-//!   same two pipes as every other multiply-add.
+//! - `erf(x)`: a polynomial by pieces. `|x|`, clamped to 3.9375 (where `erf` rounds to 1),
+//!   falls in one of four intervals (`k`, from three integer comparisons of its bits); each
+//!   has its own degree-7 polynomial `P`, evaluated once for every lane with that lane's
+//!   coefficients, looked up per lane by `k` (`pick`: one `vpermilps` per coefficient on
+//!   x86 with AVX, a shuffle rather than a multiply-add) by Estrin's scheme. On the first
+//!   interval, `[0, 0.75)`, `erf(a) ≈ a + a·P(a)`; on the others `erf(m) + t·P(t)` with
+//!   `t = a - m`, `m` a centre whose `erf(m)` is an f32 to a thousandth of an ulp. Sign
+//!   restored with `copysign`. This replaced (in the forty-first session) `x + x·P(x²)`
+//!   below 0.875 and `1 - e^Q(|x|)` above, both computed for every lane: a degree-6 and a
+//!   degree-8 polynomial and an `exp`, 27 operations per vector for the two multiply-add
+//!   pipes of AMD Zen 3 where this has 10 (and ten shuffles), and a worst error of 1.22 ulp
+//!   where this has 0.92 (both measured over every f32).
 //!
 //! Coefficients were fitted in f64 (weighted least squares iterated towards minimax) and
 //! rounded to f32. Multiply-adds are `llvm.fmuladd` (one FMA where the CPU has it). NaN
-//! propagates (the comparisons choosing a branch send NaN down the polynomial that keeps it;
-//! `exp` limits its argument with `maxps`/`minps` in the order that keeps NaN, and every later
+//! propagates (the comparisons choosing a branch or an interval send NaN down a polynomial
+//! that keeps it; `exp` limits its argument with `maxps`/`minps` in the order that keeps NaN, and every later
 //! step, `vscalefps` or the generic `2^q`, keeps it too), ±inf give `exp` +inf/0 and
 //! `tanh`/`erf` ±1, ±0 keeps its sign.
 //! The errors in [`MathMode::Polynomial`]'s docs are measured by `codegen/tests/llvm_math.rs`
@@ -40,7 +47,7 @@ use crate::llvm::error::Result;
 #[allow(unused_imports)] // named by the module docs
 use crate::llvm::options::MathMode;
 use inkwell::values::{FloatValue, IntValue};
-use inkwell::FloatPredicate;
+use inkwell::{FloatPredicate, IntPredicate};
 
 /// `1/ln 2`.
 const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -50,9 +57,7 @@ const L2L: f32 = f32::from_bits(0x35bf_be8e); // 1.4286068e-6
 /// `ln 2` rounded to f32 (0.6931472), for `tanh`'s reduction, whose `q ≤ 27`: the constant's
 /// error, `|ln2 - LN2| < 2e-9`, times `q` moves `e^s` by at most `6e-8` relative where `tanh`
 /// is within an ulp of 1, so one part suffices (the error is measured over every f32 by
-/// `codegen/tests/llvm_math.rs`). Also `erf`'s `erfc = e^Q`, whose `q ≥ -26`: there the
-/// shift is at most `5e-8` relative to an `erfc` below `2^-20`, and `1e-8` where `erfc` is
-/// largest (0.22 at `q = -2`), well under an ulp of `1 - erfc`.
+/// `codegen/tests/llvm_math.rs`).
 const LN2: f32 = std::f32::consts::LN_2;
 /// `e^s ≈ 1 + s + s²·P(s)` on `|s| ≤ ln2/2` (relative error 3.1e-9 before rounding to f32),
 /// highest degree first, fitted by `scripts/fit-poly.py exp`.
@@ -87,31 +92,30 @@ const EXPM1_P: [f32; 5] = [
 /// `tanh(x)` rounds to ±1 in f32 beyond this.
 const TANH_ONE: f32 = 9.1;
 
-/// `erf(x) ≈ x + x·P(x²)` on `|x| < ERF_SMALL`.
-const ERF_SMALL: f32 = 0.875;
-const ERF_P: [f32; 7] = [
-    8.675_43e-5,
-    -0.000_821_111_4,
-    0.005_206_748_4,
-    -0.026_861_586,
-    0.112_837_33,
-    -0.376_126_35,
-    0.128_379_17,
-];
-/// `ln erfc(x) ≈ Q(x)` on `[ERF_SMALL, ERF_ONE]`.
-const ERF_Q: [f32; 9] = [
-    1.614_647_2e-6,
-    -4.558_773_4e-5,
-    0.000_592_619_7,
-    -0.004_738_918,
-    0.026_359_266,
-    -0.109_965_54,
-    -0.631_953_9,
-    -1.130_155,
-    0.000_299_851_35,
-];
 /// `erf(x)` rounds to ±1 in f32 beyond this.
 const ERF_ONE: f32 = 3.9375;
+
+/// `erf` by pieces: the upper bounds of the first three intervals of `|x|` (the last ends at
+/// [`ERF_ONE`]).
+const ERF_BOUNDS: [f32; 3] = [0.75, 1.65, 2.7];
+/// Each interval's centre `m` (the first's is 0), chosen near the middle so that `erf(m)`
+/// is within a thousandth of an ulp of an f32, [`ERF_C`].
+const ERF_M: [f32; 4] = [0.0, 1.2000071, 2.175026, 3.3189874];
+/// `erf(m)` of each centre but the first (whose entry is unused).
+const ERF_C: [f32; 4] = [0.0, 0.9103159, 0.9979017, 0.9999973];
+/// Per interval (the columns), the coefficients of `P` of degree 7, highest degree first:
+/// `erf(a) ≈ a + a·P(a)` on the first interval, `erf(m) + t·P(t)` with `t = a - m` on the
+/// others; fitted by `scripts/fit-poly.py erf`.
+const ERF_PIECES: [[f32; 4]; 8] = [
+    [0.01025904, -0.005514184, 0.001180668, -6.928139e-05],
+    [-0.036239423, 0.006127757, -0.0015304835, 0.0001486491],
+    [0.0047936062, 0.019539535, -0.0023661647, -0.00019062714],
+    [0.11142005, -0.053360533, 0.0118967835, 0.00021486157],
+    [0.00023396243, 0.0064204964, -0.02331301, -0.00019544244],
+    [-0.37614566, 0.167537, 0.028067565, 0.00013062221],
+    [6.1094914e-07, -0.32080978, -0.021646367, -6.157179e-05],
+    [0.12837917, 0.2673398, 0.009952313, 1.8537508e-05],
+];
 
 impl<'a, 'ctx> Emitter<'a, 'ctx> {
     fn k32(&self, v: f32) -> FloatValue<'ctx> {
@@ -132,20 +136,6 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
                 &[a.into(), b.into(), c.into()],
             )?
             .into_float_value())
-    }
-
-    /// `x > c ? x : c` (`above`) or `x < c ? x : c`, NaN giving `c`: what `maxnum`/`minnum`
-    /// give against a constant, in the compare-and-select form x86 lowers to one `maxps`/`minps`
-    /// (the intrinsics add NaN fix-ups there).
-    fn clamp_to(&self, x: FloatValue<'ctx>, c: f32, above: bool) -> Result<FloatValue<'ctx>> {
-        let pred = if above {
-            FloatPredicate::OGT
-        } else {
-            FloatPredicate::OLT
-        };
-        let k = self.k32(c);
-        let keep = self.b.build_float_compare(pred, x, k, "cl.c")?;
-        Ok(self.b.build_select(keep, x, k, "cl")?.into_float_value())
     }
 
     /// A two-operand f32 intrinsic (`llvm.copysign.f32`).
@@ -195,18 +185,14 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
     /// `e^x` for `|x| ≤ EXP_CLAMP`, or NaN for NaN (every step keeps it, `scale_pow2`
     /// included): `q = rint(x/ln2)` (by adding and subtracting [`ROUNDER`]: one FMA and one
     /// subtraction, where `vrndscaleps` is two micro-ops after a multiply), `s = x - q·ln2`
-    /// (Cody–Waite, two-part `ln2`; one part, [`LN2`], for [`ScaleRange::Normal`]'s
-    /// `-26 ≤ q ≤ 0`), `2^q·(1 + s·(1 + s·P(s)))`, the polynomial by Horner's rule.
+    /// (Cody–Waite, two-part `ln2`), `2^q·(1 + s·(1 + s·P(s)))`, the polynomial by Horner's
+    /// rule.
     /// `range` says what `q` may be beyond `|q| ≤ 150` (`scale_pow2`).
     fn exp_in_range(&self, x: FloatValue<'ctx>, range: ScaleRange) -> Result<FloatValue<'ctx>> {
         let z = self.fmuladd(x, self.k32(LOG2E), self.k32(ROUNDER))?;
         let q = self.b.build_float_sub(z, self.k32(ROUNDER), "pe.q")?;
-        let s = if range == ScaleRange::Normal {
-            self.fmuladd(q, self.k32(-LN2), x)?
-        } else {
-            let s = self.fmuladd(q, self.k32(-L2U), x)?;
-            self.fmuladd(q, self.k32(-L2L), s)?
-        };
+        let s = self.fmuladd(q, self.k32(-L2U), x)?;
+        let s = self.fmuladd(q, self.k32(-L2L), s)?;
         // `u = e^s`, scaled where the generic `2^q` wants it so (exactly: see `scalef`).
         let pre = self.prescale(range);
         let u = self.poly_eval(s, &EXP_FULL.map(|c| pow2(c, pre)))?;
@@ -343,59 +329,73 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
 
     /// `erf(x)` for an f32 `x` (see the module docs).
     pub(crate) fn erf_poly(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>> {
-        let (small, q) = self.erf_first(x)?;
-        self.erf_second(x, small, q)
+        let (t, k) = self.erf_first(x)?;
+        self.erf_second(x, t, k)
     }
 
-    /// The first half of [`Self::erf_poly`]: its two polynomials at `|x|`, the small branch's
-    /// value and `Q`.
+    /// The first half of [`Self::erf_poly`]: which interval `|x|` falls in, `k` (as the bits
+    /// of an f32, so that it can be kept in a float array), and `t`, `|x|` less the interval's
+    /// centre.
     pub(crate) fn erf_first(
         &self,
         x: FloatValue<'ctx>,
     ) -> Result<(FloatValue<'ctx>, FloatValue<'ctx>)> {
         let b = &self.b;
+        let i32t = self.ctx.i32_type();
         let a = self.fcall("llvm.fabs", x)?;
-        let s = b.build_float_mul(a, a, "pf.s")?;
-        let p = self.poly_eval(s, &ERF_P)?;
-        let small = self.fmuladd(a, p, a)?;
-        // NaN takes the small branch (`ULT` is true when unordered), which keeps it.
-        let ac = self.clamp_to(a, ERF_ONE, false)?;
-        Ok((small, self.poly_eval(ac, &ERF_Q)?))
+        // NaN stays NaN through the limit, and its bits, above every bound's, put it in the
+        // last interval, where `t` is NaN.
+        let ac = self.at_most_keeping_nan(a, ERF_ONE)?;
+        // `ac ≥ 0`, so its bits order as it does.
+        let ai = b.build_bit_cast(ac, i32t, "pe.ai")?.into_int_value();
+        let mut k = i32t.const_zero();
+        for bound in ERF_BOUNDS {
+            let above = b.build_int_compare(
+                IntPredicate::SGT,
+                ai,
+                i32t.const_int(bound.to_bits() as u64, false),
+                "pe.above",
+            )?;
+            let one = b.build_int_z_extend(above, i32t, "pe.one")?;
+            k = b.build_int_add(k, one, "pe.k")?;
+        }
+        let m = self.pick4(k, ERF_M)?;
+        let t = b.build_float_sub(ac, m, "pe.t")?;
+        let kf = b
+            .build_bit_cast(k, self.f32t(), "pe.kf")?
+            .into_float_value();
+        Ok((t, kf))
     }
 
-    /// The second half of [`Self::erf_poly`]: the large branch's `1 - e^Q`, the branch `|x|`
-    /// picks, `x`'s sign, from [`Self::erf_first`]'s `small` and `q`.
+    /// The second half of [`Self::erf_poly`], from [`Self::erf_first`]'s `t` and `k`: `P(t)`
+    /// by Estrin's scheme, `a + a·P` or `erf(m) + t·P`, and `x`'s sign.
     pub(crate) fn erf_second(
         &self,
         x: FloatValue<'ctx>,
-        small: FloatValue<'ctx>,
-        q: FloatValue<'ctx>,
-    ) -> Result<FloatValue<'ctx>> {
-        let a = self.fcall("llvm.fabs", x)?;
-        // `Q` is negative on `[ERF_SMALL, ERF_ONE]` and small below it (where `erf` takes the
-        // other branch): `ln erfc` falls from 0 at 0. So `-26 ≤ q ≤ 0` and `erfc` is a normal
-        // number (at least `erfc(ERF_ONE)`, 2.3e-8): `ScaleRange::Normal`.
-        let erfc = self.exp_in_range(q, ScaleRange::Normal)?;
-        let large = self.b.build_float_sub(self.k32(1.0), erfc, "pf.large")?;
-        self.odd_by_magnitude(x, a, ERF_SMALL, small, large)
-    }
-
-    /// An odd function's value at `x` from its values at `a = |x|`: `small` below `limit`
-    /// (and for NaN, which `ULT` sends there and the small polynomial keeps), `large` from
-    /// `limit` up, with `x`'s sign.
-    fn odd_by_magnitude(
-        &self,
-        x: FloatValue<'ctx>,
-        a: FloatValue<'ctx>,
-        limit: f32,
-        small: FloatValue<'ctx>,
-        large: FloatValue<'ctx>,
+        t: FloatValue<'ctx>,
+        kf: FloatValue<'ctx>,
     ) -> Result<FloatValue<'ctx>> {
         let b = &self.b;
-        let is_small = b.build_float_compare(FloatPredicate::ULT, a, self.k32(limit), "om.lt")?;
-        let r = b
-            .build_select(is_small, small, large, "om.r")?
-            .into_float_value();
+        let i32t = self.ctx.i32_type();
+        let k = b.build_bit_cast(kf, i32t, "pe.k")?.into_int_value();
+        let c = ERF_PIECES
+            .iter()
+            .map(|c| self.pick4(k, *c))
+            .collect::<Result<Vec<_>>>()?;
+        let t2 = b.build_float_mul(t, t, "pe.t2")?;
+        let t4 = b.build_float_mul(t2, t2, "pe.t4")?;
+        let p01 = self.fmuladd(c[0], t, c[1])?;
+        let p23 = self.fmuladd(c[2], t, c[3])?;
+        let p45 = self.fmuladd(c[4], t, c[5])?;
+        let p67 = self.fmuladd(c[6], t, c[7])?;
+        let q0 = self.fmuladd(p01, t2, p23)?;
+        let q1 = self.fmuladd(p45, t2, p67)?;
+        let p = self.fmuladd(q0, t4, q1)?;
+        // On the first interval `t` is `|x|` (its centre is 0) and the sum is `|x| + |x|·P`.
+        let first = b.build_int_compare(IntPredicate::EQ, k, i32t.const_zero(), "pe.first")?;
+        let base = self.pick4(k, ERF_C)?;
+        let base = b.build_select(first, t, base, "pe.c")?.into_float_value();
+        let r = self.fmuladd(t, p, base)?;
         self.f32_intrinsic2("llvm.copysign.f32", r, x)
     }
 }

@@ -1,11 +1,9 @@
-//! `u·2^q` for the f32 polynomials (`exp`, and `erf` through it; `tanh` builds its `2^q`
-//! from the rounding's exponent bits, exact for its `q ≤ 27`) on AVX-512: one
+//! `u·2^q` for the f32 polynomials (`exp`; `tanh` builds its `2^q` from the rounding's
+//! exponent bits, exact for its `q ≤ 27`, and `erf` has none) on AVX-512: one
 //! `vscalefps` per vector instead of the eight instructions of the generic form (`q` as an
 //! integer from the rounding's bits, halve it, build two powers of two from exponent bits, two
 //! multiplies), or the three of its form for `q ≤ 63` (`exp` of an argument `≤ 0`: `u`
-//! computed scaled by `2^-64`, then one multiply by `2^(q + 64)`), or the two integer
-//! instructions of its form for a normal result (`erf`'s `erfc`: `q` added to `u`'s exponent
-//! bits) ([`ScaleRange`]).
+//! computed scaled by `2^-64`, then one multiply by `2^(q + 64)`) ([`ScaleRange`]).
 //!
 //! The kernel body is scalar IR that LLVM's loop vectoriser widens, and an x86 intrinsic in
 //! it would stop that. So the body calls `smelt.scalef.f32(u, q)`, a scalar function holding
@@ -37,7 +35,7 @@ use inkwell::FloatPredicate;
 
 /// The function attribute marking the scalar function and its vector variants, which
 /// [`inline_after_vectorizing`] inlines once the loop vectoriser has run.
-const INLINE_LATER: &str = "smelt-inline-after-vectorize";
+pub(super) const INLINE_LATER: &str = "smelt-inline-after-vectorize";
 
 /// The scalar function the kernel body calls.
 const SCALAR: &str = "smelt.scalef.f32";
@@ -124,25 +122,6 @@ fn halves<'ctx>(
     Ok(b.build_float_mul(r, pow2i(ctx, b, q2)?, "sc.r")?)
 }
 
-/// `u·2^q` for a normal `u` in `[0.5, 2]` and an integer `q` with `u·2^q` normal
-/// ([`ScaleRange::Normal`]): `q` added to `u`'s exponent field, `bits(u) + (q << 23)`. Exact,
-/// as `vscalefps` and [`offset`] are for such a result, so the same bits; where the
-/// floating-point multiply of [`offset`] competes with the polynomials' multiply-adds for
-/// the FMA pipes (AMD Zen 3 runs both on the same two), the integer addition does not.
-fn exponent_add<'ctx>(
-    ctx: &'ctx Context,
-    b: &Builder<'ctx>,
-    u: FloatValue<'ctx>,
-    qi: IntValue<'ctx>,
-) -> Result<FloatValue<'ctx>> {
-    let i32t = ctx.i32_type();
-    let ui = b.build_bit_cast(u, i32t, "ea.u")?.into_int_value();
-    let shifted = b.build_left_shift(qi, i32t.const_int(23, false), "ea.q")?;
-    let sum = b.build_int_add(ui, shifted, "ea.s")?;
-    Ok(b.build_bit_cast(sum, ctx.f32_type(), "ea")?
-        .into_float_value())
-}
-
 /// The offset of [`offset`]: `u` arrives scaled by `2^-OFFSET`, and is scaled by
 /// `2^(q + OFFSET)`.
 const OFFSET: i32 = 64;
@@ -173,10 +152,6 @@ pub(crate) enum ScaleRange {
     /// `q ≤ 63` (`exp` of an argument `≤ 0`, softmax's): the generic form takes `u`
     /// scaled by `2^-64` and scales it by `2^(q + 64)` ([`offset`]; [`Emitter::prescale`]).
     AtMost63,
-    /// `-100 ≤ q ≤ 0`, so that `u·2^q` is a normal number (`erf`'s `erfc`, whose `q` is at
-    /// least -26): the generic form adds `q` to `u`'s exponent bits ([`exponent_add`]), one
-    /// integer addition where [`offset`] multiplies.
-    Normal,
 }
 
 fn enum_attr(ctx: &Context, name: &str) -> Attribute {
@@ -185,7 +160,7 @@ fn enum_attr(ctx: &Context, name: &str) -> Attribute {
 
 /// An empty function `name` of type `ty` in `module`, marked [`INLINE_LATER`] with the
 /// attributes `attrs`, and a builder at its entry.
-fn marked_function<'ctx>(
+pub(super) fn marked_function<'ctx>(
     ctx: &'ctx Context,
     module: &Module<'ctx>,
     name: &str,
@@ -207,7 +182,7 @@ fn marked_function<'ctx>(
 }
 
 /// Parameter `i` of `f`.
-fn param<'ctx>(f: FunctionValue<'ctx>, i: u32) -> Result<BasicValueEnum<'ctx>> {
+pub(super) fn param<'ctx>(f: FunctionValue<'ctx>, i: u32) -> Result<BasicValueEnum<'ctx>> {
     f.get_nth_param(i).ok_or_else(|| LlvmError::Build {
         message: format!("{} has no parameter {i}", f.get_name().to_string_lossy()),
     })
@@ -341,7 +316,6 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             return match range {
                 ScaleRange::Any => halves(self.ctx, &self.b, u, qi),
                 ScaleRange::AtMost63 => offset(self.ctx, &self.b, u, qi),
-                ScaleRange::Normal => exponent_add(self.ctx, &self.b, u, qi),
             };
         }
         let f = define_scalar(self.ctx, self.module, widths)?;
@@ -569,23 +543,5 @@ mod offset_tests {
         }
         assert!(subnormal > 1000, "{subnormal} subnormal results");
         assert!(!f32::from_bits(((127 + OFFSET_MAX_Q + 1 + OFFSET) as u32) << 23).is_finite());
-    }
-
-    /// The arithmetic [`super::exponent_add`] emits, in Rust: for `u` across `[0.5, 2)` and
-    /// every `q` of [`super::ScaleRange::Normal`], `bits(u) + (q << 23)` is `u·2^q` exactly,
-    /// the bits [`super::offset`] gives (so moving `erf`'s `erfc` to it changed no scaling).
-    #[test]
-    fn exponent_add_is_exact_for_normal_results() {
-        for q in -100..=0i32 {
-            for k in 0..600u32 {
-                let u = f32::from_bits(0x3f00_0000 + k * 0x6d3a); // 0.5 up to 2
-                let got = f32::from_bits(u.to_bits().wrapping_add((q as u32) << 23));
-                let want = (f64::from(u) * 2f64.powi(q)) as f32;
-                assert!(want.is_normal(), "u {u:e}, q {q}");
-                assert_eq!(got.to_bits(), want.to_bits(), "u {u:e}, q {q}");
-                let by_offset = (u * pow2(-OFFSET)) * pow2(q + OFFSET);
-                assert_eq!(got.to_bits(), by_offset.to_bits(), "u {u:e}, q {q}");
-            }
-        }
     }
 }
