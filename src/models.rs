@@ -176,7 +176,8 @@ pub fn encoder_weights(cfg: &EncoderConfig, seed: u64) -> HashMap<String, HostTe
 }
 
 /// Median wall times of `runs` calls each of `a` and `b` (after one warm-up call each), called
-/// alternately (a, b, a, b, …) so that a change in the machine's load affects both alike.
+/// alternately (a, b, b, a, a, b, …: every other pair in reverse, as `smelt bench` does) so
+/// that a change in the machine's load affects both alike.
 fn median_times<E>(
     runs: usize,
     mut a: impl FnMut() -> Result<(), E>,
@@ -185,13 +186,17 @@ fn median_times<E>(
     a()?;
     b()?;
     let (mut ta, mut tb) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
-    for _ in 0..runs {
-        let start = Instant::now();
-        a()?;
-        ta.push(start.elapsed());
-        let start = Instant::now();
-        b()?;
-        tb.push(start.elapsed());
+    for run in 0..runs {
+        for second in [false, true] {
+            let start = Instant::now();
+            if second == run.is_multiple_of(2) {
+                b()?;
+                tb.push(start.elapsed());
+            } else {
+                a()?;
+                ta.push(start.elapsed());
+            }
+        }
     }
     ta.sort();
     tb.sort();

@@ -2,7 +2,7 @@
 //!
 //! Each case's fused plan is compiled twice, once as the rest of the command line says (A) and
 //! once with [`Knob`] flipped (B), and the two are called alternately in one process (`a, b,
-//! a, b, …`, see [`super::run`]), so that their ratio is a side-by-side figure rather than
+//! b, a, a, b, …`, see [`super::run`]), so that their ratio is a side-by-side figure rather than
 //! two runs of a noisy machine set against each other. The outputs of A and B are compared
 //! bit for bit: a knob meant to change only speed must leave them identical.
 
