@@ -275,20 +275,25 @@ mod with_llvm {
         }
     }
 
+    /// JIT options for the named `cpu` with LLVM feature string `features`, polynomial math.
+    fn polynomial_for(cpu: &str, features: &str) -> JitOptions {
+        JitOptions {
+            target: CpuTarget::Named {
+                cpu: cpu.into(),
+                features: features.into(),
+            },
+            math: MathMode::Polynomial,
+            ..JitOptions::default()
+        }
+    }
+
     /// The polynomial functions have no calls and vectorise: `<8 x float>` on x86-64-v3.
     #[test]
     fn polynomial_math_vectorises() {
         if !cfg!(target_arch = "x86_64") {
             return;
         }
-        let v3 = JitOptions {
-            target: CpuTarget::Named {
-                cpu: "x86-64-v3".into(),
-                features: "".into(),
-            },
-            math: MathMode::Polynomial,
-            ..JitOptions::default()
-        };
+        let v3 = polynomial_for("x86-64-v3", "");
         for op in [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Erf, UnaryOp::Sigmoid] {
             let (k, decls) = unary_kernel(op, 1024);
             let ir = optimized_kernel_ir(&k, &decls, &v3).unwrap();
@@ -317,14 +322,7 @@ mod with_llvm {
             ("x86-64-v3", "", false),
         ];
         for (cpu, features, scalef) in cases {
-            let options = JitOptions {
-                target: CpuTarget::Named {
-                    cpu: cpu.into(),
-                    features: features.into(),
-                },
-                math: MathMode::Polynomial,
-                ..JitOptions::default()
-            };
+            let options = polynomial_for(cpu, features);
             for op in [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Erf, UnaryOp::Sigmoid] {
                 let (k, decls) = unary_kernel(op, 1024);
                 let ir = optimized_kernel_ir(&k, &decls, &options).unwrap();
@@ -410,14 +408,7 @@ mod with_llvm {
             ("x86-64-v3", "+avx2,+fma,+avx,-avx", None),
         ];
         for (cpu, features, want) in cases {
-            let options = JitOptions {
-                target: CpuTarget::Named {
-                    cpu: cpu.into(),
-                    features: features.into(),
-                },
-                math: MathMode::Polynomial,
-                ..JitOptions::default()
-            };
+            let options = polynomial_for(cpu, features);
             let (k, decls) = unary_kernel(UnaryOp::Erf, 1024);
             let ir = optimized_kernel_ir(&k, &decls, &options).unwrap();
             let what = format!("erf for {cpu} {features:?}");

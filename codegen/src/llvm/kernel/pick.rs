@@ -17,14 +17,13 @@
 //! (`Emitter::pick4` takes `f32` constants only), and after inlining the table is one
 //! constant vector.
 
-use super::scalef::{marked_function, param};
+use super::scalef::{param, return_value, scalar_function, variant_function};
 use super::{declare, Emitter};
-use crate::llvm::error::{LlvmError, Result};
+use crate::llvm::error::Result;
 use crate::llvm::options::{avx512f, feature};
-use inkwell::attributes::AttributeLoc;
 use inkwell::builder::Builder;
 use inkwell::context::Context;
-use inkwell::module::{Linkage, Module};
+use inkwell::module::Module;
 use inkwell::values::{FloatValue, FunctionValue, IntValue};
 use inkwell::IntPredicate;
 
@@ -75,7 +74,6 @@ impl Pick {
 
 /// `c[k]` for `0 ≤ k ≤ 3` by three selects (`k` outside gives `c[0]`).
 fn select_chain<'ctx>(
-    ctx: &'ctx Context,
     b: &Builder<'ctx>,
     k: IntValue<'ctx>,
     c: [FloatValue<'ctx>; 4],
@@ -87,7 +85,6 @@ fn select_chain<'ctx>(
             b.build_int_compare(IntPredicate::EQ, k, ty.const_int(i as u64, false), "pk.is")?;
         r = b.build_select(is, *ci, r, "pk")?.into_float_value();
     }
-    let _ = ctx;
     Ok(r)
 }
 
@@ -103,17 +100,11 @@ fn define_variant<'ctx>(
     }
     let vt = ctx.f32_type().vec_type(lanes);
     let it = ctx.i32_type().vec_type(lanes);
-    let (f, b) = marked_function(
-        ctx,
-        module,
-        &name,
-        vt.fn_type(
-            &[it.into(), vt.into(), vt.into(), vt.into(), vt.into()],
-            false,
-        ),
-        None,
-        &["alwaysinline", "nounwind", "readnone", "willreturn"],
+    let ty = vt.fn_type(
+        &[it.into(), vt.into(), vt.into(), vt.into(), vt.into()],
+        false,
     );
+    let (f, b) = variant_function(ctx, module, &name, ty);
     let k = param(f, 0)?.into_vector_value();
     let i32t = ctx.i32_type();
     let mut table = vt.get_undef();
@@ -132,14 +123,8 @@ fn define_variant<'ctx>(
         intrinsic,
         vt.fn_type(&[vt.into(), it.into()], false),
     );
-    let r = b
-        .build_call(intr, &[table.into(), k.into()], "r")?
-        .try_as_basic_value()
-        .basic()
-        .ok_or_else(|| LlvmError::Build {
-            message: format!("{name}: vpermilps returned nothing"),
-        })?;
-    b.build_return(Some(&r))?;
+    let r = b.build_call(intr, &[table.into(), k.into()], "r")?;
+    return_value(&b, r, &format!("{name}: vpermilps"))?;
     Ok(f)
 }
 
@@ -152,31 +137,18 @@ fn define_scalar<'ctx>(
     if let Some(f) = module.get_function(SCALAR) {
         return Ok(f);
     }
-    let f32t = ctx.f32_type();
-    let (f, b) = marked_function(
-        ctx,
-        module,
-        SCALAR,
-        f32t.fn_type(
-            &[
-                ctx.i32_type().into(),
-                f32t.into(),
-                f32t.into(),
-                f32t.into(),
-                f32t.into(),
-            ],
-            false,
-        ),
-        Some(Linkage::Internal),
-        &["noinline", "nounwind", "readnone", "willreturn"],
-    );
+    let (int, float) = (ctx.i32_type().into(), ctx.f32_type().into());
+    let ty = ctx
+        .f32_type()
+        .fn_type(&[int, float, float, float, float], false);
+    let (f, b) = scalar_function(ctx, module, SCALAR, ty);
     let c = [
         param(f, 1)?.into_float_value(),
         param(f, 2)?.into_float_value(),
         param(f, 3)?.into_float_value(),
         param(f, 4)?.into_float_value(),
     ];
-    let r = select_chain(ctx, &b, param(f, 0)?.into_int_value(), c)?;
+    let r = select_chain(&b, param(f, 0)?.into_int_value(), c)?;
     b.build_return(Some(&r))?;
     for &lanes in widths {
         define_variant(ctx, module, lanes)?;
@@ -191,33 +163,17 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
         let cv = c.map(|v| f32t.const_float(v as f64));
         let widths = self.pick.widths();
         if widths.is_empty() {
-            return select_chain(self.ctx, &self.b, k, cv);
+            return select_chain(&self.b, k, cv);
         }
         let f = define_scalar(self.ctx, self.module, widths)?;
-        let call = self.b.build_call(
-            f,
-            &[
-                k.into(),
-                cv[0].into(),
-                cv[1].into(),
-                cv[2].into(),
-                cv[3].into(),
-            ],
-            "pk",
-        )?;
-        let variants: Vec<String> = widths
-            .iter()
-            .map(|l| format!("_ZGV_LLVM_N{l}vvvvv_{SCALAR}(smelt.pick4.v{l}f32)"))
-            .collect();
-        call.add_attribute(
-            AttributeLoc::Function,
-            self.ctx
-                .create_string_attribute("vector-function-abi-variant", &variants.join(",")),
-        );
-        call.try_as_basic_value()
-            .basic()
-            .map(|v| v.into_float_value())
-            .ok_or_else(|| self.err(format!("{SCALAR} returned nothing")))
+        let args = [
+            k.into(),
+            cv[0].into(),
+            cv[1].into(),
+            cv[2].into(),
+            cv[3].into(),
+        ];
+        self.call_with_variants(f, &args, "smelt.pick4", widths)
     }
 }
 

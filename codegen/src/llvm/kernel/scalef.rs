@@ -30,7 +30,9 @@ use inkwell::module::{Linkage, Module};
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::TargetMachine;
 use inkwell::types::FunctionType;
-use inkwell::values::{BasicValueEnum, FloatValue, FunctionValue, IntValue};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValueEnum, CallSiteValue, FloatValue, FunctionValue, IntValue,
+};
 use inkwell::FloatPredicate;
 
 /// The function attribute marking the scalar function and its vector variants, which
@@ -160,7 +162,7 @@ fn enum_attr(ctx: &Context, name: &str) -> Attribute {
 
 /// An empty function `name` of type `ty` in `module`, marked [`INLINE_LATER`] with the
 /// attributes `attrs`, and a builder at its entry.
-pub(super) fn marked_function<'ctx>(
+fn marked_function<'ctx>(
     ctx: &'ctx Context,
     module: &Module<'ctx>,
     name: &str,
@@ -181,11 +183,83 @@ pub(super) fn marked_function<'ctx>(
     (f, b)
 }
 
+/// An empty scalar function `name` of type `ty` whose calls name vector variants, and a
+/// builder at its entry: internal, `noinline` until the vectoriser has seen the calls, then
+/// inlined by [`inline_after_vectorizing`].
+pub(super) fn scalar_function<'ctx>(
+    ctx: &'ctx Context,
+    module: &Module<'ctx>,
+    name: &str,
+    ty: FunctionType<'ctx>,
+) -> (FunctionValue<'ctx>, Builder<'ctx>) {
+    let attrs = ["noinline", "nounwind", "readnone", "willreturn"];
+    marked_function(ctx, module, name, ty, Some(Linkage::Internal), &attrs)
+}
+
+/// An empty vector variant `name` of type `ty`, and a builder at its entry: external until
+/// inlined, so that no pass drops it while nothing calls it yet.
+pub(super) fn variant_function<'ctx>(
+    ctx: &'ctx Context,
+    module: &Module<'ctx>,
+    name: &str,
+    ty: FunctionType<'ctx>,
+) -> (FunctionValue<'ctx>, Builder<'ctx>) {
+    let attrs = ["alwaysinline", "nounwind", "readnone", "willreturn"];
+    marked_function(ctx, module, name, ty, None, &attrs)
+}
+
 /// Parameter `i` of `f`.
 pub(super) fn param<'ctx>(f: FunctionValue<'ctx>, i: u32) -> Result<BasicValueEnum<'ctx>> {
     f.get_nth_param(i).ok_or_else(|| LlvmError::Build {
         message: format!("{} has no parameter {i}", f.get_name().to_string_lossy()),
     })
+}
+
+/// Returns the value of `call` from the function `b` is building (a variant returning its
+/// intrinsic's result), or an error naming `what` if the call has none.
+pub(super) fn return_value<'ctx>(
+    b: &Builder<'ctx>,
+    call: CallSiteValue<'ctx>,
+    what: &str,
+) -> Result<()> {
+    let r = call
+        .try_as_basic_value()
+        .basic()
+        .ok_or_else(|| LlvmError::Build {
+            message: format!("{what} returned nothing"),
+        })?;
+    b.build_return(Some(&r))?;
+    Ok(())
+}
+
+impl<'a, 'ctx> Emitter<'a, 'ctx> {
+    /// A call of the scalar function `scalar` on `args` that names its vector variants,
+    /// `{stem}.v{lanes}f32` for each of `widths` (LLVM's vector-function ABI, every parameter
+    /// a vector), for the loop vectoriser to substitute.
+    pub(super) fn call_with_variants(
+        &self,
+        scalar: FunctionValue<'ctx>,
+        args: &[BasicMetadataValueEnum<'ctx>],
+        stem: &str,
+        widths: &[u32],
+    ) -> Result<FloatValue<'ctx>> {
+        let name = scalar.get_name().to_string_lossy().into_owned();
+        let call = self.b.build_call(scalar, args, "v")?;
+        let kinds = "v".repeat(args.len());
+        let variants: Vec<String> = widths
+            .iter()
+            .map(|l| format!("_ZGV_LLVM_N{l}{kinds}_{name}({stem}.v{l}f32)"))
+            .collect();
+        call.add_attribute(
+            AttributeLoc::Function,
+            self.ctx
+                .create_string_attribute("vector-function-abi-variant", &variants.join(",")),
+        );
+        call.try_as_basic_value()
+            .basic()
+            .map(|v| v.into_float_value())
+            .ok_or_else(|| self.err(format!("{name} returned nothing")))
+    }
 }
 
 /// The vector variant of `lanes` lanes, defined in `module` if it is not there yet.
@@ -199,14 +273,11 @@ fn define_variant<'ctx>(
         return Ok(f);
     }
     let vt = ctx.f32_type().vec_type(lanes);
-    // External until inlined, so that no pass drops it while nothing calls it yet.
-    let (f, b) = marked_function(
+    let (f, b) = variant_function(
         ctx,
         module,
         &name,
         vt.fn_type(&[vt.into(), vt.into()], false),
-        None,
-        &["alwaysinline", "nounwind", "readnone", "willreturn"],
     );
     let (u, q) = (param(f, 0)?.into(), param(f, 1)?.into());
     // `vscalefps` with all lanes on (`undef` pass-through); the 512-bit form also takes the
@@ -246,13 +317,7 @@ fn define_variant<'ctx>(
             "r",
         )?
     };
-    let r = r
-        .try_as_basic_value()
-        .basic()
-        .ok_or_else(|| LlvmError::Build {
-            message: format!("{name}: vscalefps returned nothing"),
-        })?;
-    b.build_return(Some(&r))?;
+    return_value(&b, r, &format!("{name}: vscalefps"))?;
     Ok(f)
 }
 
@@ -266,14 +331,11 @@ fn define_scalar<'ctx>(
         return Ok(f);
     }
     let f32t = ctx.f32_type();
-    // `noinline` until the vectoriser has seen the calls; then `inline_after_vectorizing`.
-    let (f, b) = marked_function(
+    let (f, b) = scalar_function(
         ctx,
         module,
         SCALAR,
         f32t.fn_type(&[f32t.into(), f32t.into()], false),
-        Some(Linkage::Internal),
-        &["noinline", "nounwind", "readnone", "willreturn"],
     );
     let r = generic(
         ctx,
@@ -319,20 +381,7 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             };
         }
         let f = define_scalar(self.ctx, self.module, widths)?;
-        let call = self.b.build_call(f, &[u.into(), q.into()], "sc")?;
-        let variants: Vec<String> = widths
-            .iter()
-            .map(|l| format!("_ZGV_LLVM_N{l}vv_{SCALAR}(smelt.scalef.v{l}f32)"))
-            .collect();
-        call.add_attribute(
-            AttributeLoc::Function,
-            self.ctx
-                .create_string_attribute("vector-function-abi-variant", &variants.join(",")),
-        );
-        call.try_as_basic_value()
-            .basic()
-            .map(|v| v.into_float_value())
-            .ok_or_else(|| self.err(format!("{SCALAR} returned nothing")))
+        self.call_with_variants(f, &[u.into(), q.into()], "smelt.scalef", widths)
     }
 }
 
