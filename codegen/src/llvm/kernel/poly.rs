@@ -29,15 +29,16 @@
 //!   restored with `copysign`. This replaced (in the forty-first session) `x + x·P(x²)`
 //!   below 0.875 and `1 - e^Q(|x|)` above, both computed for every lane: a degree-6 and a
 //!   degree-8 polynomial and an `exp`, 27 operations per vector for the two multiply-add
-//!   pipes of AMD Zen 3 where this has 10 (and ten shuffles), and a worst error of 1.22 ulp
-//!   where this has 0.92 (both measured over every f32).
+//!   pipes of AMD Zen 3 where this has 12 (eight multiply-adds, two multiplies, a minimum
+//!   and a blend; and ten shuffles), and a worst error of 1.22 ulp where this has 0.92 (both
+//!   measured over every f32).
 //!
 //! Coefficients were fitted in f64 (weighted least squares iterated towards minimax) and
 //! rounded to f32. Multiply-adds are `llvm.fmuladd` (one FMA where the CPU has it). NaN
 //! propagates (the comparisons choosing a branch or an interval send NaN down a polynomial
-//! that keeps it; `exp` limits its argument with `maxps`/`minps` in the order that keeps NaN, and every later
-//! step, `vscalefps` or the generic `2^q`, keeps it too), ±inf give `exp` +inf/0 and
-//! `tanh`/`erf` ±1, ±0 keeps its sign.
+//! that keeps it; `exp` limits its argument with `maxps`/`minps` in the order that keeps
+//! NaN, and every later step, `vscalefps` or the generic `2^q`, keeps it too), ±inf give
+//! `exp` +inf/0 and `tanh`/`erf` ±1, ±0 keeps its sign.
 //! The errors in [`MathMode::Polynomial`]'s docs are measured by `codegen/tests/llvm_math.rs`
 //! against f64 math (a sampled sweep in CI, every f32 input in ignored tests).
 
