@@ -37,7 +37,7 @@ use inkwell::FloatPredicate;
 
 /// The function attribute marking the scalar function and its vector variants, which
 /// [`inline_after_vectorizing`] inlines once the loop vectoriser has run.
-pub(super) const INLINE_LATER: &str = "smelt-inline-after-vectorize";
+const INLINE_LATER: &str = "smelt-inline-after-vectorize";
 
 /// The scalar function the kernel body calls.
 const SCALAR: &str = "smelt.scalef.f32";
