@@ -14,15 +14,30 @@ pub(crate) fn feature(features: &str, name: &str) -> Option<bool> {
         .map(|(_, plus)| plus)
 }
 
+/// What LLVM's `avx` implies: every SSE level (`X86.td`).
+const AVX_NEEDS: [&str; 6] = ["sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2"];
+/// What LLVM's `avx512f` implies besides [`AVX_NEEDS`].
+const AVX512F_NEEDS: [&str; 4] = ["avx", "avx2", "fma", "f16c"];
+
+/// Whether `features` turns none of `names` off.
+fn none_off(features: &str, names: &[&str]) -> bool {
+    names.iter().all(|f| feature(features, f) != Some(false))
+}
+
+/// Whether `features` has AVX as LLVM reads it: turned on, and no SSE level turned off
+/// (turning one off turns AVX off too).
+#[cfg(feature = "llvm")]
+pub(crate) fn avx(features: &str) -> bool {
+    feature(features, "avx") == Some(true) && none_off(features, &AVX_NEEDS)
+}
+
 /// Whether `features` has AVX-512F as LLVM reads it: turned on, and nothing it builds on
 /// turned off (LLVM's `avx512f` implies AVX2, FMA, F16C, and through them AVX and every SSE
 /// level, `X86.td`; turning one off turns AVX-512F off too).
 pub(crate) fn avx512f(features: &str) -> bool {
-    const NEEDED: [&str; 10] = [
-        "sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c",
-    ];
     feature(features, "avx512f") == Some(true)
-        && NEEDED.iter().all(|f| feature(features, f) != Some(false))
+        && none_off(features, &AVX_NEEDS)
+        && none_off(features, &AVX512F_NEEDS)
 }
 
 /// How hard LLVM optimises (the `default<ON>` pipeline of the new pass manager, and the
@@ -64,11 +79,11 @@ pub enum CpuTarget {
 /// and the other functions (`log`, `sin`, …) call the C library in either mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MathMode {
-    /// Straight-line f32 polynomials (no tables, no f64, no branches) that vectorise to the
-    /// full SIMD width. Worst errors against f64 math over all 2^32 f32 inputs on an FMA
-    /// host (x86-64 with AVX-512; `erf` on AMD Zen 3 with AVX2): `exp` 0.89 ulp, `tanh`
-    /// 1.07 ulp, `erf` 0.92 ulp; the tests hold them to 1, 1.5 and 1 ulp. That is within `torch.testing`'s f32
-    /// tolerances of PyTorch (whose vectorised functions do not match the C library bit for
+    /// Straight-line f32 polynomials (no memory tables, no f64, no branches) that vectorise
+    /// to the full SIMD width. Worst errors against f64 math over all 2^32 f32 inputs on an
+    /// FMA host (x86-64 with AVX-512; `erf` on AMD Zen 3 with AVX2): `exp` 0.89 ulp, `tanh`
+    /// 1.07 ulp, `erf` 0.92 ulp; the tests hold them to 1, 1.5 and 1 ulp. That is within
+    /// `torch.testing`'s f32 tolerances of PyTorch (whose vectorised functions do not match the C library bit for
     /// bit either).
     #[default]
     Polynomial,

@@ -20,7 +20,7 @@
 use super::scalef::{param, return_value, scalar_function, variant_function};
 use super::{declare, Emitter};
 use crate::llvm::error::Result;
-use crate::llvm::options::{avx512f, feature};
+use crate::llvm::options::{avx, avx512f};
 use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::module::Module;
@@ -46,16 +46,11 @@ impl Pick {
     /// The forms a target with LLVM feature string `features` has (read as
     /// `scalef::Scalef::for_features` reads it).
     pub fn for_features(features: &str) -> Pick {
-        const AVX_NEEDS: [&str; 6] = ["sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2"];
         if !cfg!(target_arch = "x86_64") {
             Pick::Generic
         } else if avx512f(features) {
             Pick::Avx512
-        } else if feature(features, "avx") == Some(true)
-            && AVX_NEEDS
-                .iter()
-                .all(|f| feature(features, f) != Some(false))
-        {
+        } else if avx(features) {
             Pick::Avx
         } else {
             Pick::Generic
