@@ -642,3 +642,69 @@ fn long_body_options_change_no_value() {
         }
     }
 }
+
+/// Row values expanded explicitly over the reduced axes (softmax over the last axis and a
+/// layer_norm over a middle one, each `keepdim` reduction expanded to the input's shape
+/// before it is used) fuse into one row kernel, as the same graphs with implicit
+/// broadcasting do, and give the same bits as those; both agree with the reference
+/// interpreter.
+#[test]
+fn row_values_expanded_explicitly_fuse_as_broadcasts() {
+    use smelt::frontend::{Tensor, Tracer};
+    use smelt::ir::interp::eval;
+    use smelt::ir::DType;
+    let softmax = |x: &Tensor, expand: bool| {
+        let shape: Vec<i64> = vec![6, 19, 45];
+        let widen = |v: Tensor| if expand { v.expand(&shape).unwrap() } else { v };
+        let m = widen(x.max(&[-1], true).unwrap());
+        let e = x.sub(&m).unwrap().exp().unwrap();
+        let s = widen(e.sum(&[-1], true).unwrap());
+        e.div(&s).unwrap()
+    };
+    let layer_norm = |x: &Tensor, expand: bool| {
+        let shape: Vec<i64> = vec![6, 19, 45];
+        let widen = |v: Tensor| if expand { v.expand(&shape).unwrap() } else { v };
+        let d = x.sub(widen(x.mean(&[1], true).unwrap())).unwrap();
+        let var = d.mul(&d).unwrap().mean(&[1], true).unwrap();
+        let r = var.add(1e-5).unwrap().rsqrt().unwrap();
+        d.mul(widen(r)).unwrap()
+    };
+    let value = |i: usize| ((i * 7919 % 2003) as f32 / 1001.0 - 1.0) * 4.0;
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        HostTensor::from_f32([6, 19, 45], (0..6 * 19 * 45).map(value).collect()).unwrap(),
+    )]);
+    type Build = fn(&Tensor, bool) -> Tensor;
+    for (what, build) in [("softmax", softmax as Build), ("layer_norm", layer_norm)] {
+        let mut got = Vec::new();
+        for expand in [true, false] {
+            let t = Tracer::new();
+            let x = t.input("x", DType::F32, [6, 19, 45]).unwrap();
+            t.output("y", &build(&x, expand)).unwrap();
+            let graph = t.finish().unwrap();
+            let compiled = smelt::compile(&graph).unwrap();
+            let plan = &compiled.optimized().plan;
+            assert_eq!(plan.kernels.len(), 1, "{what}, expand {expand}: {plan}");
+            let y = compiled
+                .run(&inputs)
+                .unwrap()
+                .get("y")
+                .unwrap()
+                .to_f32_vec();
+            let want = eval(&graph, &inputs).unwrap().remove(0).1.to_f32_vec();
+            for (i, (&g, &w)) in y.iter().zip(&want).enumerate() {
+                let ok = (g - w).abs() <= 1e-5 * w.abs().max(1.0);
+                assert!(
+                    ok,
+                    "{what}, expand {expand}: element {i} is {g}, the interpreter's {w}"
+                );
+            }
+            got.push(y);
+        }
+        let same = got[0]
+            .iter()
+            .zip(&got[1])
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{what}: explicit expands changed a value");
+    }
+}

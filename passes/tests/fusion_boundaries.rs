@@ -90,6 +90,54 @@ fn reductions_over_other_axes_are_kept_apart() {
 }
 
 #[test]
+fn a_row_value_expanded_over_the_reduced_axes_is_fused() {
+    // softmax with its `keepdim` reductions expanded explicitly (as a graph built op by op or
+    // an exporter may write it): each element reads its own row's value, as with implicit
+    // broadcasting, so one row kernel computes it all.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, vec![6, 10]).unwrap();
+    let m = g.reduce(ReduceOp::Max, x, &[1], true).unwrap();
+    let mx = g.expand(m, vec![6, 10]).unwrap();
+    let d = g.binary(BinaryOp::Sub, x, mx).unwrap();
+    let e = g.unary(UnaryOp::Exp, d).unwrap();
+    let s = g.reduce(ReduceOp::Sum, e, &[1], true).unwrap();
+    let sx = g.expand(s, vec![6, 10]).unwrap();
+    let y = g.binary(BinaryOp::Div, e, sx).unwrap();
+    g.set_output("y", y).unwrap();
+    let plan = planned(&g);
+    check_complete(&plan);
+    assert_eq!(plan.kernels.len(), 1, "{plan}{}", plan.explain_boundaries());
+    assert_eq!(plan.kernels[0].kind, KernelKind::Reduction, "{plan}");
+    assert!(plan.boundaries.is_empty(), "{}", plan.explain_boundaries());
+}
+
+#[test]
+fn a_row_value_expanded_over_the_kept_axes_is_kept_apart() {
+    // s = sum(x, [1]) without `keepdim` is f32[4]; expanded to [4, 4] it lands along the
+    // last axis, so element (i, j) reads row j's sum: another row's value.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, vec![4, 4]).unwrap();
+    let s = g.reduce(ReduceOp::Sum, x, &[1], false).unwrap();
+    let sx = g.expand(s, vec![4, 4]).unwrap();
+    let y = g.binary(BinaryOp::Sub, x, sx).unwrap();
+    g.set_output("y", y).unwrap();
+    let plan = planned(&g);
+    let bd = only(&plan);
+    assert_eq!(bd.value, s);
+    assert_eq!(
+        bd.reason,
+        Apart::Illegal(Reject::View(sx)),
+        "{}",
+        bd.message
+    );
+    assert!(
+        bd.message.contains("moves values to other rows"),
+        "{}",
+        bd.message
+    );
+}
+
+#[test]
 fn a_shared_reduction_is_written_once() {
     // s = sum(x, [1], keepdim) is a graph output and read by y = x - s: y's kernel would have
     // to recompute the sum, which no kernel does.

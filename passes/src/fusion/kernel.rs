@@ -17,7 +17,9 @@
 //!   broadcasting (softmax, layer_norm, rms_norm). Views between ops of the body are only
 //!   allowed between the two reduced shapes (`keepdim` or not), and only when they leave every
 //!   row's value at its own row (a reshape, a permute of size-1 axes): a permute that reorders
-//!   rows would make a row read another row's reduction. Views of inputs are loads.
+//!   rows would make a row read another row's reduction. The one view from a row to `S` is an
+//!   `expand` of a `keepdim` row value to `S` (the implicit broadcast written out: each
+//!   element reads its own row's value). Views of inputs are loads.
 //! - **matmul**: a library GEMM whose operands may be read through one permute that swaps the
 //!   last two axes (a transpose flag) on top of reshapes of the stored buffer (metadata only).
 //! - **concat / pad / gather**: one such op, its operands read through views.
@@ -538,7 +540,14 @@ fn row_kernel_why(ctx: &Ctx, nodes: &[NodeId]) -> Result<(), Reject> {
             Cat::View => {
                 if !view_of_input(ctx, nodes, n) {
                     let o = ctx.operands(n)[0];
-                    if !(is_row(sh) && is_row(ctx.shape(o)) && keeps_rows(ctx, n)) {
+                    let between_rows = is_row(sh) && is_row(ctx.shape(o)) && keeps_rows(ctx, n);
+                    // A row's value expanded over the reduced axes (a `keepdim` value to the
+                    // reduced input's shape): each element reads its own row's value, as with
+                    // an elementwise op's implicit broadcasting.
+                    let broadcast = matches!(ctx.graph.node(n).op, Op::Expand { .. })
+                        && *ctx.shape(o) == keep
+                        && *sh == s;
+                    if !(between_rows || broadcast) {
                         return Err(Reject::View(n));
                     }
                 }
