@@ -174,11 +174,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
+    use super::super::scalef::variant_caller;
     use super::*;
     use crate::llvm::{compile, JitOptions};
-    use inkwell::types::BasicType;
-    use inkwell::values::BasicValue;
-    use inkwell::AddressSpace;
 
     /// Feature strings as LLVM reads them: AVX needs every SSE level, AVX-512F its own list.
     #[test]
@@ -216,61 +214,16 @@ mod tests {
         let c = [0.25f32, -1.5, f32::MIN_POSITIVE, 3.0e38];
         let module = compile("pick_variants", &JitOptions::default(), |ctx, module| {
             let scalar = define_scalar(ctx, module, &[])?;
-            let f32t = ctx.f32_type();
-            let i32p = ctx.i32_type().ptr_type(AddressSpace::default());
-            let f32p = f32t.ptr_type(AddressSpace::default());
             for &lanes in &widths {
                 // `void pick<lanes>(i32* k, float* out)`: one call with the table `c`.
-                let f = module.add_function(
-                    &format!("pick{lanes}"),
-                    ctx.void_type().fn_type(&[i32p.into(), f32p.into()], false),
-                    None,
-                );
-                let b = ctx.create_builder();
-                b.position_at_end(ctx.append_basic_block(f, "entry"));
                 let callee = if lanes == 1 {
                     scalar
                 } else {
                     define_variant(ctx, module, lanes)?
                 };
-                let i32t = ctx.i32_type();
-                let k_ty: inkwell::types::BasicTypeEnum = if lanes == 1 {
-                    i32t.into()
-                } else {
-                    i32t.vec_type(lanes).into()
-                };
-                let kp = b.build_pointer_cast(
-                    param(f, 0)?.into_pointer_value(),
-                    k_ty.ptr_type(AddressSpace::default()),
-                    "kp",
-                )?;
-                let k = b.build_load(kp, "k")?;
-                k.as_instruction_value()
-                    .expect("a load")
-                    .set_alignment(4)
-                    .expect("alignment");
-                let mut args = vec![k.into()];
-                for v in c {
-                    let s = f32t.const_float(f64::from(v));
-                    args.push(if lanes == 1 {
-                        s.into()
-                    } else {
-                        inkwell::types::VectorType::const_vector(&vec![s; lanes as usize]).into()
-                    });
-                }
-                let r = b.build_call(callee, &args, "r")?;
-                let r = r.try_as_basic_value().basic().expect("a value");
-                let ret = callee
-                    .get_type()
-                    .get_return_type()
-                    .expect("returns a value");
-                let out = b.build_pointer_cast(
-                    param(f, 1)?.into_pointer_value(),
-                    ret.as_basic_type_enum().ptr_type(AddressSpace::default()),
-                    "out",
-                )?;
-                b.build_store(out, r)?.set_alignment(4).expect("alignment");
-                b.build_return(None)?;
+                let name = format!("pick{lanes}");
+                let i32t = ctx.i32_type().into();
+                variant_caller(ctx, module, &name, callee, lanes, &[i32t], &c)?;
             }
             Ok(())
         })

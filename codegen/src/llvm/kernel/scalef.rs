@@ -208,6 +208,78 @@ pub(super) fn variant_function<'ctx>(
     marked_function(ctx, module, name, ty, None, &attrs)
 }
 
+/// For the variant tests here and in `pick`: `void name(T0* a0, …, R* out)`, which loads each
+/// operand (element types `operands`, `lanes` of them, or one scalar for `lanes` 1) from its
+/// pointer, calls `callee` with them and then `constants` (splat to `lanes`), and stores the
+/// result through `out`. Loads and the store are 4-byte aligned: the pointers are chunks of a
+/// `Vec<f32>` or `Vec<i32>`.
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(super) fn variant_caller<'ctx>(
+    ctx: &'ctx Context,
+    module: &Module<'ctx>,
+    name: &str,
+    callee: FunctionValue<'ctx>,
+    lanes: u32,
+    operands: &[inkwell::types::BasicTypeEnum<'ctx>],
+    constants: &[f32],
+) -> Result<()> {
+    use inkwell::types::{BasicType, BasicTypeEnum, VectorType};
+    use inkwell::values::BasicValue;
+    use inkwell::AddressSpace;
+    let wide = |t: BasicTypeEnum<'ctx>| -> BasicTypeEnum<'ctx> {
+        match (lanes, t) {
+            (1, _) => t,
+            (_, BasicTypeEnum::FloatType(t)) => t.vec_type(lanes).into(),
+            (_, BasicTypeEnum::IntType(t)) => t.vec_type(lanes).into(),
+            _ => t,
+        }
+    };
+    let ret = callee
+        .get_type()
+        .get_return_type()
+        .ok_or_else(|| LlvmError::Build {
+            message: "a variant that returns nothing".into(),
+        })?;
+    let mut params: Vec<_> = operands
+        .iter()
+        .map(|t| t.ptr_type(AddressSpace::default()).into())
+        .collect();
+    params.push(ret.ptr_type(AddressSpace::default()).into());
+    let f = module.add_function(name, ctx.void_type().fn_type(&params, false), None);
+    let b = ctx.create_builder();
+    b.position_at_end(ctx.append_basic_block(f, "entry"));
+    let aligned4 = |v: inkwell::values::InstructionValue| {
+        v.set_alignment(4).map_err(|e| LlvmError::Build {
+            message: e.to_string(),
+        })
+    };
+    let mut args = Vec::new();
+    for (i, &t) in operands.iter().enumerate() {
+        let to = wide(t).ptr_type(AddressSpace::default());
+        let ptr = b.build_pointer_cast(param(f, i as u32)?.into_pointer_value(), to, "p")?;
+        let v = b.build_load(ptr, "v")?;
+        aligned4(v.as_instruction_value().expect("a load"))?;
+        args.push(v.into());
+    }
+    for &c in constants {
+        let s = ctx.f32_type().const_float(f64::from(c));
+        args.push(match lanes {
+            1 => s.into(),
+            _ => VectorType::const_vector(&vec![s; lanes as usize]).into(),
+        });
+    }
+    let r = b.build_call(callee, &args, "r")?;
+    let r = r.try_as_basic_value().basic().expect("a value");
+    let out = b.build_pointer_cast(
+        param(f, operands.len() as u32)?.into_pointer_value(),
+        ret.as_basic_type_enum().ptr_type(AddressSpace::default()),
+        "out",
+    )?;
+    aligned4(b.build_store(out, r)?)?;
+    b.build_return(None)?;
+    Ok(())
+}
+
 /// Parameter `i` of `f`.
 pub(super) fn param<'ctx>(f: FunctionValue<'ctx>, i: u32) -> Result<BasicValueEnum<'ctx>> {
     f.get_nth_param(i).ok_or_else(|| LlvmError::Build {
@@ -445,9 +517,6 @@ mod tests {
         }
     }
     use crate::llvm::{compile, JitOptions};
-    use inkwell::types::BasicType;
-    use inkwell::values::BasicValue;
-    use inkwell::AddressSpace;
 
     /// Each vector variant (4, 8 and 16 lanes, called directly, since which width the loop
     /// vectoriser picks is up to it) gives the generic scalar form's bits, over mantissas
@@ -462,46 +531,16 @@ mod tests {
         let widths = [1u32, 4, 8, 16];
         let module = compile("scalef_variants", &JitOptions::default(), |ctx, module| {
             let scalar = define_scalar(ctx, module, &[4, 8, 16])?;
-            let p = ctx.f32_type().ptr_type(AddressSpace::default());
+            let f32t = ctx.f32_type().into();
             for lanes in widths {
                 // `void scale<lanes>(float* u, float* q, float* out)`: one call of the variant.
-                let f = module.add_function(
-                    &format!("scale{lanes}"),
-                    ctx.void_type()
-                        .fn_type(&[p.into(), p.into(), p.into()], false),
-                    None,
-                );
-                let b = ctx.create_builder();
-                b.position_at_end(ctx.append_basic_block(f, "entry"));
                 let callee = if lanes == 1 {
                     scalar
                 } else {
                     define_variant(ctx, module, lanes)?
                 };
-                let ty = callee
-                    .get_type()
-                    .get_return_type()
-                    .expect("returns a value");
-                let at = |i: u32| -> Result<_> {
-                    let ptr = param(f, i)?.into_pointer_value();
-                    let to = ty.as_basic_type_enum().ptr_type(AddressSpace::default());
-                    Ok(b.build_pointer_cast(ptr, to, "p")?)
-                };
-                // Vec<f32> chunks: 4-byte aligned only.
-                let aligned4 = |v: inkwell::values::InstructionValue| {
-                    v.set_alignment(4).map_err(|e| LlvmError::Build {
-                        message: e.to_string(),
-                    })
-                };
-                let u = b.build_load(at(0)?, "u")?;
-                let q = b.build_load(at(1)?, "q")?;
-                for v in [u, q] {
-                    aligned4(v.as_instruction_value().expect("a load"))?;
-                }
-                let r = b.build_call(callee, &[u.into(), q.into()], "r")?;
-                let r = r.try_as_basic_value().basic().expect("a value");
-                aligned4(b.build_store(at(2)?, r)?)?;
-                b.build_return(None)?;
+                let name = format!("scale{lanes}");
+                variant_caller(ctx, module, &name, callee, lanes, &[f32t, f32t], &[])?;
             }
             Ok(())
         })
