@@ -708,3 +708,42 @@ fn row_values_expanded_explicitly_fuse_as_broadcasts() {
         assert!(same, "{what}: explicit expands changed a value");
     }
 }
+
+/// The expanded row value may itself be a kernel output: each element of the output stores its
+/// own row's value (the plan found by `fusion_props` that the kernel oracle first rejected).
+#[test]
+fn an_expanded_row_value_stored_as_an_output_is_its_rows_value_everywhere() {
+    use smelt::frontend::Tracer;
+    use smelt::ir::interp::eval;
+    use smelt::ir::DType;
+    let shape: Vec<i64> = vec![3, 4, 5];
+    let value = |i: usize| ((i * 7919 % 61) as f32 - 30.0) / 8.0;
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        HostTensor::from_f32([3, 4, 5], (0..60).map(value).collect()).unwrap(),
+    )]);
+    let t = Tracer::new();
+    let x = t.input("x", DType::F32, [3, 4, 5]).unwrap();
+    let at = x.argmax(0, true).unwrap().expand(&shape).unwrap();
+    let top = x.max(&[0], true).unwrap().expand(&shape).unwrap();
+    t.output("at", &at).unwrap();
+    t.output("gap", &x.sub(&top).unwrap()).unwrap();
+    t.output("top", &top).unwrap();
+    let graph = t.finish().unwrap();
+    let compiled = smelt::compile(&graph).unwrap();
+    let plan = &compiled.optimized().plan;
+    // Each expand is stored by its reduction's row kernel, not copied out by a kernel of its own.
+    for k in &plan.kernels {
+        let expands = k.ops.iter().any(|&(_, name)| name == "expand");
+        assert!(!expands || !k.reduce_axes.is_empty(), "{plan}");
+    }
+    let stored = plan
+        .kernels
+        .iter()
+        .filter(|k| k.ops.iter().any(|&(_, name)| name == "expand"));
+    assert_eq!(stored.count(), 2, "{plan}");
+    let got = compiled.run(&inputs).unwrap();
+    for (name, want) in eval(&graph, &inputs).unwrap() {
+        assert_eq!(got.get(&name).unwrap(), &want, "output {name}");
+    }
+}

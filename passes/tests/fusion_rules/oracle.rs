@@ -177,6 +177,13 @@ fn row_kernel(g: &Graph, k: &Kernel, ops: &[NodeId]) -> Result<(), String> {
             Cat::View if view_of_input(g, ops, n) => {}
             Cat::View => {
                 let o = g.node(n).op.operands()[0];
+                // A `keepdim` row value expanded to the reduced input's shape is the implicit
+                // broadcast written out: each element reads its own row's value.
+                let broadcast =
+                    matches!(g.node(n).op, Op::Expand { .. }) && g.ty(o).shape == keep && *sh == s;
+                if broadcast {
+                    continue;
+                }
                 if !is_row(sh) || !is_row(&g.ty(o).shape) {
                     return Err(format!(
                         "{n} is a view inside the kernel between non-row shapes"
