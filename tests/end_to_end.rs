@@ -747,3 +747,53 @@ fn an_expanded_row_value_stored_as_an_output_is_its_rows_value_everywhere() {
         assert_eq!(got.get(&name).unwrap(), &want, "output {name}");
     }
 }
+
+/// Reductions of one tensor over the same rows are one kernel writing every row value:
+/// `torch.max(x, 1)` (values and indices), `torch.aminmax` and `torch.var_mean` (the variance
+/// reads the mean, which is also an output), all over `x`'s last axis, reading `x` once.
+/// Values have ties (13 levels), so `argmax`/`argmin` must return the first index, as the
+/// interpreter and PyTorch do.
+#[test]
+fn sibling_reductions_over_the_same_rows_are_one_kernel() {
+    use smelt::frontend::Tracer;
+    use smelt::ir::interp::eval;
+    use smelt::ir::DType;
+    let (rows, cols) = (37, 301);
+    let value = |i: usize| (i * 7919 % 13) as f32 * 0.75 - 4.0;
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        HostTensor::from_f32([rows, cols], (0..rows * cols).map(value).collect()).unwrap(),
+    )]);
+    let t = Tracer::new();
+    let x = t.input("x", DType::F32, [rows, cols]).unwrap();
+    let mean = x.mean(&[1], true).unwrap();
+    let d = x.sub(&mean).unwrap();
+    let var = d.mul(&d).unwrap().mean(&[1], true).unwrap();
+    t.output("max", &x.max(&[1], false).unwrap()).unwrap();
+    t.output("argmax", &x.argmax(1, false).unwrap()).unwrap();
+    t.output("min", &x.min(&[1], false).unwrap()).unwrap();
+    t.output("argmin", &x.argmin(1, false).unwrap()).unwrap();
+    t.output("mean", &mean).unwrap();
+    t.output("var", &var).unwrap();
+    let graph = t.finish().unwrap();
+    let compiled = smelt::compile(&graph).unwrap();
+    let plan = &compiled.optimized().plan;
+    assert_eq!(plan.kernels.len(), 1, "{plan}");
+    assert_eq!(plan.kernels[0].outputs.len(), 6, "{plan}");
+    assert_eq!(plan.bytes_read(), (rows * cols * 4) as u64, "{plan}");
+    let got = compiled.run(&inputs).unwrap();
+    for (name, want) in eval(&graph, &inputs).unwrap() {
+        let g = got.get(&name).unwrap();
+        if name == "mean" || name == "var" {
+            // f32 accumulators here, f64 in the interpreter.
+            for (a, b) in g.to_f32_vec().iter().zip(want.to_f32_vec()) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                    "{name}: {a} vs {b}"
+                );
+            }
+        } else {
+            assert_eq!(g, &want, "output {name}");
+        }
+    }
+}

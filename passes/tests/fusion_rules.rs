@@ -199,6 +199,13 @@ fn multi_output(_: &Graph, p: &FusionPlan) -> bool {
     p.kernels.iter().any(|k| k.outputs.len() >= 2)
 }
 
+/// A row kernel writing several row values.
+fn multi_output_rows(_: &Graph, p: &FusionPlan) -> bool {
+    p.kernels
+        .iter()
+        .any(|k| k.kind == KernelKind::Reduction && k.outputs.len() >= 2)
+}
+
 macro_rules! rule_tests {
     ($($test:ident: $name:expr, [$($also:expr),*] => $template:path, $witness:path;)*) => {
         $(
@@ -231,6 +238,9 @@ rule_tests! {
     store_in_consumer_layout: "store-in-consumer-layout", []
         => templates::store_in_consumer_layout, stores_through_view;
     multi_output_siblings: SIBLINGS_RULE, [] => templates::siblings, multi_output;
+    // Reductions of the input less a sibling's row value need their prologue first.
+    multi_output_row_siblings: SIBLINGS_RULE, ["reduction-prologue"]
+        => templates::row_siblings, multi_output_rows;
 }
 
 #[test]

@@ -164,6 +164,17 @@ fn cheap_value_with_three_consumers_is_recomputed() {
     assert!(plan.recomputed_ops >= 1);
 }
 
+/// Six row statistics of one tensor (max and argmax, min and argmin, mean and the variance
+/// computed from it) are one row kernel writing all six, reading `x` once: sibling row
+/// kernels over the same rows merged by `multi-output-siblings`.
+#[test]
+fn row_statistics_are_one_multi_output_row_kernel() {
+    let plan = check("row_stats", corpus::row_stats().unwrap(), Some(1), true);
+    assert_eq!(plan.kernels[0].kind, KernelKind::Reduction);
+    assert_eq!(plan.kernels[0].outputs.len(), 6);
+    assert_eq!(plan.bytes_read(), 256 * 384 * 4);
+}
+
 #[test]
 fn bert_base_embeddings_and_two_layers() {
     check(

@@ -25,6 +25,7 @@ pub fn graphs() -> Vec<(&'static str, Graph)> {
         ("transposed_matmul", c::transposed_matmul()),
         ("three_consumers", c::three_consumers()),
         ("three_consumers_cheap", c::three_consumers_cheap()),
+        ("row_stats", c::row_stats()),
         ("bert_layer", c::bert(1)),
     ];
     all.into_iter()

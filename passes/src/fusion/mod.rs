@@ -14,7 +14,7 @@
 //! | `reduction-epilogue` | a row kernel into its elementwise consumer (reading the row again) |
 //! | `row-reductions` | row kernels over the same shape and axes (layer_norm's mean and variance) |
 //! | `store-in-consumer-layout` | a producer into the copy that stores its value permuted |
-//! | `multi-output-siblings` | sibling elementwise kernels sharing an input into one multi-output kernel (`multi.rs`) |
+//! | `multi-output-siblings` | sibling kernels sharing an input into one multi-output kernel: elementwise ones, or row kernels over the same rows writing row values (`max` and `argmax`, `var_mean`; `multi.rs`) |
 //!
 //! Saturation is bounded by [`PassOptions::node_limit`] and [`PassOptions::iter_limit`] (egg's
 //! time limit is set to [`Duration::MAX`], so the wall clock never decides), scheduled by egg's
@@ -39,7 +39,9 @@
 //! **Multi-output kernels** are e-nodes too: a kernel writing several values has one e-node
 //! `Multi(m, i, inputs)` in the class of each value `i` it writes, added by the
 //! `multi-output-siblings` rule ([`SIBLINGS_RULE`]) for sibling elementwise bodies over one
-//! index space that share an input. Greedy bottom-up extraction costs each class alone and so
+//! index space that share an input, and for sibling row kernels over the same rows whose
+//! values are all row values (a reduction's value needed outside its kernel is otherwise
+//! written by a kernel of its own: `torch.max(x, 1)` was two kernels reading `x` twice). Greedy bottom-up extraction costs each class alone and so
 //! cannot see a saving shared between classes; after it, an improvement pass tries every
 //! multi-output e-node against the extracted selection by exact cost (the selection re-derived
 //! top-down with that kernel chosen for all its values) and keeps each that lowers it. That

@@ -2,12 +2,21 @@
 //!
 //! An e-class is one value, so a kernel writing several values is represented by one e-node
 //! per value: `Multi(m, i, inputs)` in the class of the `i`-th value kernel `m` writes. The
-//! rule ([`SiblingRule`]) finds *sibling* kernel bodies: elementwise or copy bodies of
-//! different classes over the same index space that read a common buffer. Their union is a
-//! multi-output kernel ([`build`]) when no part (transitively, in the graph) reads what
-//! another writes and the union costs less than the parts: the shared buffer is read once and
-//! one launch is saved. A part may compute another part's value inside (`exp(x)` written as
-//! an output and also used by `exp(x) * 2`): the merged kernel computes it once and writes it.
+//! rule ([`SiblingRule`]) finds *sibling* kernel bodies of different classes that read a
+//! common buffer, of one family:
+//! - elementwise or copy bodies over the same index space. Their union is a multi-output
+//!   kernel ([`build`]) when no part (transitively, in the graph) reads what another writes
+//!   and the union costs less than the parts: the shared buffer is read once and one launch
+//!   is saved. A part may compute another part's value inside (`exp(x)` written as an output
+//!   and also used by `exp(x) * 2`): the merged kernel computes it once and writes it.
+//! - row kernels over the same rows (reduction input shape and axes) whose roots are all row
+//!   values needed outside the union: `max` and `argmax` of one tensor, its `min` and `max`,
+//!   a `mean` and the variance computed from it. The union is one row kernel, one stage per
+//!   reduction, storing every row value once per row (kernel IR lowering's row-level store);
+//!   a part may read another's root, which the union computes instead. A row value next to
+//!   element-level outputs (softmax's maximum as an output too) is not merged: the kernel
+//!   IR's row kernels store at one level.
+//!
 //! Groups grow one sibling at a time, up to [`MAX_PARTS`].
 //!
 //! **Extraction.** Greedy bottom-up extraction (`extract.rs`) costs each class on its own, so
@@ -23,11 +32,11 @@
 //! than the greedy baseline, nor than the unfused plan) still hold.
 
 use super::extract::{kernel_cost, Selection};
-use super::kernel::{Ctx, KernelKind};
+use super::kernel::{classify, Body, Ctx, KernelKind};
 use super::lang::{BodyId, BodyTable, FuseAnalysis, FuseLang, MultiId};
 use super::plan::Proto;
 use egg::{Applier, EGraph, Id, PatternAst, SearchMatches, Searcher, Subst, Symbol, Var};
-use smelt_ir::NodeId;
+use smelt_ir::{NodeId, Op, Shape};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -45,8 +54,48 @@ pub(crate) struct Multi {
     pub proto: Proto,
 }
 
-fn elementwise_like(k: KernelKind) -> bool {
-    matches!(k, KernelKind::Elementwise | KernelKind::Copy)
+/// Which bodies can be siblings of each other: elementwise and copy bodies, or row kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Family {
+    Loop,
+    Rows,
+}
+
+fn family(k: KernelKind) -> Option<Family> {
+    match k {
+        KernelKind::Elementwise | KernelKind::Copy => Some(Family::Loop),
+        KernelKind::Reduction => Some(Family::Rows),
+        _ => None,
+    }
+}
+
+/// The rows a row kernel's body reduces: its reduction input's shape and its sorted axes
+/// (every reduction of a legal row body has the same).
+fn rows_of(ctx: &Ctx, nodes: &[NodeId]) -> Option<(Shape, Vec<usize>)> {
+    nodes.iter().find_map(|&n| match &ctx.graph.node(n).op {
+        Op::Reduce { input, axes, .. } => {
+            let mut axes = axes.to_vec();
+            axes.sort_unstable();
+            Some((ctx.shape(*input).clone(), axes))
+        }
+        _ => None,
+    })
+}
+
+/// Whether `shape` is a row value of rows `(space, axes)`: the reduced shape with or without
+/// the reduced axes kept as 1.
+fn row_level(shape: &Shape, space: &Shape, axes: &[usize]) -> bool {
+    let dims = space.dims();
+    let keep = dims
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d });
+    let drop = dims
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, &d)| d);
+    shape.dims().iter().copied().eq(keep) || shape.dims().iter().copied().eq(drop)
 }
 
 /// Whether `x` transitively reads `y` in the graph (`x == y` counts).
@@ -69,11 +118,17 @@ fn depends(ctx: &Ctx, x: NodeId, y: NodeId) -> bool {
     false
 }
 
-/// The multi-output kernel of `parts` (sorted, unique), if they make one: at least two
-/// elementwise or copy bodies with distinct roots of one shape, none transitively reading
-/// another's root (computing it inside is fine: the kernel writes it once), each sharing a
-/// buffer it reads (one that costs bytes) with another part, and the union cheaper than the
-/// parts.
+/// The multi-output kernel of `parts` (sorted, unique), if they make one: at least two bodies
+/// with distinct roots, each sharing a buffer it reads (one that costs bytes) with another
+/// part, the union cheaper than the parts, and either
+/// - elementwise or copy bodies whose roots have one shape, none transitively reading
+///   another's root (computing it inside is fine: the kernel writes it once); or
+/// - row kernels over the same rows (input shape and reduced axes) whose roots are all row
+///   values, so that the kernel stores them all once per row: `max` and `argmax` of one
+///   tensor, its `min` and `max`, or a `mean` and the variance computed from it. A part may
+///   read another's root: inside the union it is computed, not read. Each root must be
+///   needed outside the union, the union must be a legal row kernel, and no buffer it reads
+///   may depend on one of its roots.
 pub(crate) fn build(ctx: &Ctx, table: &BodyTable, parts: &[BodyId]) -> Option<Multi> {
     if parts.len() < 2 || parts.len() > MAX_PARTS {
         return None;
@@ -82,15 +137,24 @@ pub(crate) fn build(ctx: &Ctx, table: &BodyTable, parts: &[BodyId]) -> Option<Mu
     let mut roots: Vec<NodeId> = bodies.iter().map(|b| b.root()).collect();
     roots.sort_unstable();
     roots.dedup();
-    if roots.len() != parts.len() || !bodies.iter().all(|b| elementwise_like(b.kind)) {
+    if roots.len() != parts.len() {
         return None;
+    }
+    let fam = family(bodies[0].kind)?;
+    if bodies.iter().any(|b| family(b.kind) != Some(fam)) {
+        return None;
+    }
+    if fam == Family::Rows {
+        return build_rows(ctx, table, parts, &bodies, roots);
     }
     let space = ctx.shape(roots[0]);
     if roots.iter().any(|&r| ctx.shape(r) != space) {
         return None;
     }
+    if !each_shares(ctx, &bodies) {
+        return None;
+    }
     for (i, p) in bodies.iter().enumerate() {
-        let mut shares = false;
         for (j, q) in bodies.iter().enumerate() {
             if i == j {
                 continue;
@@ -111,13 +175,6 @@ pub(crate) fn build(ctx: &Ctx, table: &BodyTable, parts: &[BodyId]) -> Option<Mu
             if p.inputs.iter().any(|&x| depends(ctx, x, r)) {
                 return None;
             }
-            shares |= p
-                .inputs
-                .iter()
-                .any(|x| ctx.read_bytes(*x) > 0 && q.inputs.binary_search(x).is_ok());
-        }
-        if !shares {
-            return None;
         }
     }
     let mut nodes: Vec<NodeId> = bodies
@@ -132,6 +189,71 @@ pub(crate) fn build(ctx: &Ctx, table: &BodyTable, parts: &[BodyId]) -> Option<Mu
         KernelKind::Elementwise
     };
     let proto = Proto::new(ctx, nodes, kind, roots);
+    let cost = proto.cost(ctx);
+    let separate: u64 = parts.iter().map(|&b| kernel_cost(ctx, table, b)).sum();
+    (cost < separate).then(|| Multi {
+        parts: parts.to_vec(),
+        proto,
+    })
+}
+
+/// Whether every part reads a buffer (one that costs bytes) that another part reads too.
+fn each_shares(ctx: &Ctx, bodies: &[&Body]) -> bool {
+    bodies.iter().enumerate().all(|(i, p)| {
+        p.inputs.iter().any(|x| {
+            ctx.read_bytes(*x) > 0
+                && bodies
+                    .iter()
+                    .enumerate()
+                    .any(|(j, q)| i != j && q.inputs.binary_search(x).is_ok())
+        })
+    })
+}
+
+/// [`build`] for row kernels.
+fn build_rows(
+    ctx: &Ctx,
+    table: &BodyTable,
+    parts: &[BodyId],
+    bodies: &[&Body],
+    roots: Vec<NodeId>,
+) -> Option<Multi> {
+    let (space, axes) = rows_of(ctx, &bodies[0].nodes)?;
+    for b in bodies {
+        if rows_of(ctx, &b.nodes)? != (space.clone(), axes.clone()) {
+            return None;
+        }
+    }
+    if roots
+        .iter()
+        .any(|&r| !row_level(ctx.shape(r), &space, &axes))
+        || !each_shares(ctx, bodies)
+    {
+        return None;
+    }
+    let mut nodes: Vec<NodeId> = bodies
+        .iter()
+        .flat_map(|b| b.nodes.iter().copied())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    // Each root is needed outside the union (else writing it is waste: softmax's row maxima,
+    // read only by its sum's body), and the union is one row kernel.
+    if roots.iter().any(|&r| !ctx.needed_outside(&nodes, r))
+        || classify(ctx, &nodes) != Some(KernelKind::Reduction)
+    {
+        return None;
+    }
+    let proto = Proto::new(ctx, nodes, KernelKind::Reduction, roots);
+    // A buffer the union reads that is computed from one of its roots would make the kernel
+    // its own producer.
+    if proto
+        .inputs
+        .iter()
+        .any(|&x| proto.outputs.iter().any(|&r| depends(ctx, x, r)))
+    {
+        return None;
+    }
     let cost = proto.cost(ctx);
     let separate: u64 = parts.iter().map(|&b| kernel_cost(ctx, table, b)).sum();
     (cost < separate).then(|| Multi {
@@ -165,19 +287,19 @@ impl SiblingRule {
     /// New multi-output kernels from the current frontiers: pairs of siblings sharing a
     /// buffer, and present groups grown by one sibling.
     fn find(&self, ctx: &Ctx, table: &mut BodyTable, order: &[NodeId]) -> Vec<MultiId> {
-        // Buffer → (class, body) of the elementwise frontier bodies reading it.
-        let mut readers: BTreeMap<NodeId, Vec<(NodeId, BodyId)>> = BTreeMap::new();
+        // (Buffer, family) → (class, body) of the frontier bodies of that family reading it.
+        let mut readers: BTreeMap<(NodeId, Family), Vec<(NodeId, BodyId)>> = BTreeMap::new();
         for &v in order {
             for b in table.frontier(v) {
                 let body = table.body(b);
-                if !elementwise_like(body.kind) {
+                let Some(fam) = family(body.kind) else {
                     continue;
-                }
+                };
                 for &x in &body.inputs {
                     if ctx.read_bytes(x) == 0 {
                         continue;
                     }
-                    let list = readers.entry(x).or_default();
+                    let list = readers.entry((x, fam)).or_default();
                     if list.len() < MAX_SIBLINGS {
                         list.push((v, b));
                     }
@@ -207,11 +329,14 @@ impl SiblingRule {
             let parts = table.multi(m).parts.clone();
             let roots = table.multi(m).proto.outputs.clone();
             let inputs = table.multi(m).proto.inputs.clone();
+            let Some(fam) = family(table.multi(m).proto.kind) else {
+                continue;
+            };
             if parts.len() >= MAX_PARTS {
                 continue;
             }
             for x in inputs {
-                let Some(list) = readers.get(&x) else {
+                let Some(list) = readers.get(&(x, fam)) else {
                     continue;
                 };
                 for &(v, b) in list {

@@ -127,6 +127,22 @@ pub fn three_consumers_cheap() -> R<Graph> {
     t.finish()
 }
 
+/// Row statistics of one tensor over its last axis: `torch.max(x, -1)` (values and indices),
+/// `torch.aminmax` and `torch.var_mean` (the variance reads the mean, also an output).
+pub fn row_stats() -> R<Graph> {
+    let t = Tracer::new();
+    let x = t.input("x", DType::F32, [256, 384])?;
+    let mean = x.mean(&[-1], true)?;
+    let d = x.sub(&mean)?;
+    t.output("max", &x.max(&[-1], false)?)?;
+    t.output("argmax", &x.argmax(-1, false)?)?;
+    t.output("min", &x.min(&[-1], false)?)?;
+    t.output("argmin", &x.argmin(-1, false)?)?;
+    t.output("mean", &mean)?;
+    t.output("var", &d.mul(&d)?.mean(&[-1], true)?)?;
+    t.finish()
+}
+
 /// BERT-base sizes.
 pub const SEQ: usize = 128;
 pub const HIDDEN: usize = 768;

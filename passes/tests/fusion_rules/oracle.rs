@@ -96,11 +96,17 @@ fn check_kernel(g: &Graph, k: &Kernel) -> Result<(), String> {
         count(Cat::Reduce),
     );
     let heavy = count(Cat::MatMul) + count(Cat::Other);
+    // Several outputs: an elementwise or copy kernel writing them over one index space, or a
+    // row kernel storing row values only (checked in `row_kernel`).
     if outs.len() > 1
+        && k.kind != KernelKind::Reduction
         && (!matches!(k.kind, KernelKind::Elementwise | KernelKind::Copy)
             || outs.iter().any(|&o| g.ty(o).shape != g.ty(outs[0]).shape))
     {
-        return Err("only elementwise kernels over one index space have several outputs".into());
+        return Err(
+            "only elementwise kernels over one index space and row kernels have several outputs"
+                .into(),
+        );
     }
     if outs.len() == 1 && outs[0] != *ops.last().expect("non-empty") {
         return Err("a single-output kernel materialises its last op".into());
@@ -170,6 +176,9 @@ fn row_kernel(g: &Graph, k: &Kernel, ops: &[NodeId]) -> Result<(), String> {
             .collect::<Vec<_>>(),
     );
     let is_row = |sh: &Shape| *sh == keep || *sh == drop;
+    if k.outputs.len() > 1 && k.outputs.iter().any(|o| !is_row(&g.ty(o.value).shape)) {
+        return Err("a row kernel with several outputs stores row values only".into());
+    }
     for &n in ops {
         let sh = &g.ty(n).shape;
         match cat(g, n) {

@@ -2,7 +2,7 @@
 //! with cases it must refuse (different axes, non-transpose permutes, values read outside).
 
 use super::gen::Gen;
-use smelt_ir::{BinaryOp, Graph, NodeId};
+use smelt_ir::{BinaryOp, Graph, NodeId, ReduceOp};
 
 /// `g` with `y` (and, some of the time, each of `extra`) as outputs.
 fn finish(r: &mut Gen, mut g: Graph, y: NodeId, extra: &[NodeId]) -> Graph {
@@ -257,6 +257,50 @@ pub fn siblings(r: &mut Gen) -> Graph {
             r.binary(&mut g, x, other)
         } else {
             r.elementwise(&mut g, x)
+        };
+        outs.push(o);
+    }
+    for (i, &o) in outs.iter().enumerate() {
+        g.set_output(format!("y{i}"), o).expect("fresh output name");
+    }
+    g
+}
+
+/// 2–3 reductions of one input over the same axes, all of them outputs: of the input itself
+/// (`max` and `argmax`), of an elementwise op of it, or (with `keepdim`) of the input less an
+/// earlier one (`mean` and the variance); now and then one over other axes, which must stay
+/// apart.
+pub fn row_siblings(r: &mut Gen) -> Graph {
+    let mut g = Graph::new();
+    let dtype = r.numeric();
+    let s = r.shape(1, 3, false);
+    let x = r.input(&mut g, dtype, &s);
+    // One axis some of the time, so that `argmax` and `argmin` can join.
+    let axes = if r.chance(50) {
+        vec![r.below(s.len())]
+    } else {
+        r.axes(s.len())
+    };
+    let keepdim = r.chance(50);
+    let mut outs: Vec<NodeId> = Vec::new();
+    for _ in 0..2 + r.below(2) {
+        let src = if keepdim && !outs.is_empty() && r.chance(30) {
+            let prev = r.pick(&outs);
+            g.binary(BinaryOp::Sub, x, prev).unwrap_or(x)
+        } else if r.chance(25) {
+            r.elementwise(&mut g, x)
+        } else {
+            x
+        };
+        let o = if axes.len() == 1 && r.chance(30) {
+            let op = r.pick(&[ReduceOp::ArgMax, ReduceOp::ArgMin]);
+            g.reduce(op, src, &axes, keepdim)
+                .unwrap_or_else(|_| r.reduce(&mut g, src, &axes, keepdim))
+        } else if r.chance(10) {
+            let other = r.axes(s.len());
+            r.reduce(&mut g, src, &other, keepdim)
+        } else {
+            r.reduce(&mut g, src, &axes, keepdim)
         };
         outs.push(o);
     }
