@@ -797,3 +797,57 @@ fn sibling_reductions_over_the_same_rows_are_one_kernel() {
         }
     }
 }
+
+/// `argmax`/`argmin` over rows long enough for the CPU's two-pass form (the extreme, then the
+/// first index holding it) give the interpreter's indices: ties (first index), `-0.0` next to
+/// `+0.0` (equal), NaN (the first NaN), infinities, in f32 and f64, over rows whose length is
+/// and is not a multiple of the vector width, along the last axis and along the first.
+#[test]
+fn long_arg_reductions_find_the_first_extreme_and_the_first_nan() {
+    use smelt::frontend::Tracer;
+    use smelt::ir::interp::eval;
+    use smelt::ir::{DType, TensorData};
+    for (rows, cols) in [(9, 32), (7, 301), (5, 1000)] {
+        // Row r: small integers (ties), signed zeros, and by row: a NaN or two, an infinity.
+        let mut v: Vec<f64> = (0..rows * cols)
+            .map(|i| ((i * 7919 % 11) as f64) - 5.0)
+            .collect();
+        for r in 0..rows {
+            let row = &mut v[r * cols..(r + 1) * cols];
+            match r % 5 {
+                0 => row
+                    .iter_mut()
+                    .for_each(|x| *x = if *x > 0.0 { 0.0 } else { -0.0 }),
+                1 => {
+                    row[cols / 3] = f64::NAN;
+                    row[cols - 1] = f64::NAN;
+                }
+                2 => row[cols - 2] = f64::INFINITY,
+                3 => row[1] = f64::NEG_INFINITY,
+                _ => {}
+            }
+        }
+        for dtype in [DType::F32, DType::F64] {
+            let data = match dtype {
+                DType::F32 => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
+                _ => TensorData::F64(v.clone()),
+            };
+            let x_t = HostTensor::new(vec![rows, cols], data).unwrap();
+            let inputs = HashMap::from([("x".to_string(), x_t)]);
+            let t = Tracer::new();
+            let x = t.input("x", dtype, [rows, cols]).unwrap();
+            t.output("amax", &x.argmax(-1, false).unwrap()).unwrap();
+            t.output("amin", &x.argmin(-1, true).unwrap()).unwrap();
+            t.output("cmax", &x.argmax(0, false).unwrap()).unwrap();
+            let graph = t.finish().unwrap();
+            let got = smelt::compile(&graph).unwrap().run(&inputs).unwrap();
+            for (name, want) in eval(&graph, &inputs).unwrap() {
+                assert_eq!(
+                    got.get(&name).unwrap(),
+                    &want,
+                    "{rows}x{cols} {dtype:?}: {name}"
+                );
+            }
+        }
+    }
+}

@@ -1036,7 +1036,9 @@ impl<'a, 'ctx> Emitter<'a, 'ctx> {
             } => {
                 let (body, inner) = (&stage.body, &stage.inner);
                 let (c, a, v) = (*combiner, *acc, *value);
-                let r = if Self::split_reduction(c, a, inner) {
+                let r = if Self::two_pass_arg(c, a, inner) {
+                    self.reduce_arg_two_pass(body, inner[0], c, a, v)?
+                } else if Self::split_reduction(c, a, inner) {
                     self.reduce_split(body, inner[0], c, a, v)?
                 } else if Self::staged_reduction(c, a, inner, body) {
                     self.reduce_staged(body, inner[0], c, a, v)?
