@@ -34,6 +34,7 @@ fn case_list_is_the_issues() {
         ("mlp", &[128, 768, 3072]),
         ("bert-encoder-layer", &[128, 768, 12, 3072]),
         ("permute-add", &[64, 128, 12, 64]),
+        ("max-min-65536x768", &[65536, 768]),
     ];
     assert_eq!(got, want);
     // The 8-op chain has 8 ops besides its input, the encoder is BERT-base's (seq 128).

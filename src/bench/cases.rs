@@ -1,5 +1,6 @@
-//! The benchmark cases of issue 6: one list shared by `smelt bench`, `cargo bench --bench
-//! cases` and (mirrored by hand) `benches/peers/peers.py`.
+//! The benchmark cases of issue 6, then cases added since (`max-min-65536x768`: sibling
+//! reductions in one kernel): one list shared by `smelt bench`, `cargo bench --bench cases`
+//! and (mirrored by hand) `benches/peers/peers.py`.
 //!
 //! Every case's `graph` field is the PyTorch expression the graph is traced from; the Python
 //! mirror builds the same expression with the same shapes. Inputs are read at run time,
@@ -58,7 +59,7 @@ impl Case {
     }
 }
 
-/// Every case of issue 6, in the order they are run.
+/// Every case (issue 6's, then those added since), in the order they are run.
 pub fn all() -> &'static [Case] {
     CASES
 }
@@ -262,6 +263,16 @@ static CASES: &[Case] = &[
         quick: &[2, 4, 3, 8],
         build: permute_add,
     },
+    // Added after issue 6's cases: reductions over the same rows are one kernel.
+    Case {
+        name: "max-min-65536x768",
+        description: "row maximum and minimum with their indices (four reductions of one input)",
+        graph: "mx, imx = x.max(-1); mn, imn = x.min(-1)",
+        dims_label: "rows x cols",
+        full: &[65536, 768],
+        quick: &[64, 24],
+        build: max_min,
+    },
 ];
 
 fn elementwise_chain(d: &[usize]) -> Result<Graph> {
@@ -298,6 +309,16 @@ fn softmax(d: &[usize]) -> Result<Graph> {
     let t = Tracer::new();
     let x = t.input("x", DType::F32, [d[0], d[1]])?;
     t.output("y", &x.softmax(-1)?)?;
+    Ok(t.finish()?)
+}
+
+fn max_min(d: &[usize]) -> Result<Graph> {
+    let t = Tracer::new();
+    let x = t.input("x", DType::F32, [d[0], d[1]])?;
+    t.output("max", &x.max(&[-1], false)?)?;
+    t.output("argmax", &x.argmax(-1, false)?)?;
+    t.output("min", &x.min(&[-1], false)?)?;
+    t.output("argmin", &x.argmin(-1, false)?)?;
     Ok(t.finish()?)
 }
 
