@@ -41,8 +41,9 @@
 //! `multi-output-siblings` rule ([`SIBLINGS_RULE`]) for sibling elementwise bodies over one
 //! index space that share an input, and for sibling row kernels over the same rows whose
 //! values are all row values (a reduction's value needed outside its kernel is otherwise
-//! written by a kernel of its own: `torch.max(x, 1)` was two kernels reading `x` twice). Greedy bottom-up extraction costs each class alone and so
-//! cannot see a saving shared between classes; after it, an improvement pass tries every
+//! written by a kernel of its own: `torch.max(x, 1)` was two kernels reading `x` twice).
+//! Greedy bottom-up extraction costs each class alone and so cannot see a saving shared
+//! between classes; after it, an improvement pass tries every
 //! multi-output e-node against the extracted selection by exact cost (the selection re-derived
 //! top-down with that kernel chosen for all its values) and keeps each that lowers it. That
 //! includes changing a materialisation decision because of a sibling: `corpus::three_consumers`

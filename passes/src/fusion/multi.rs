@@ -177,12 +177,7 @@ pub(crate) fn build(ctx: &Ctx, table: &BodyTable, parts: &[BodyId]) -> Option<Mu
             }
         }
     }
-    let mut nodes: Vec<NodeId> = bodies
-        .iter()
-        .flat_map(|b| b.nodes.iter().copied())
-        .collect();
-    nodes.sort_unstable();
-    nodes.dedup();
+    let nodes = union_nodes(&bodies);
     let kind = if bodies.iter().all(|b| b.kind == KernelKind::Copy) {
         KernelKind::Copy
     } else {
@@ -195,6 +190,17 @@ pub(crate) fn build(ctx: &Ctx, table: &BodyTable, parts: &[BodyId]) -> Option<Mu
         parts: parts.to_vec(),
         proto,
     })
+}
+
+/// The ops of all of `bodies`, sorted, unique.
+fn union_nodes(bodies: &[&Body]) -> Vec<NodeId> {
+    let mut nodes: Vec<NodeId> = bodies
+        .iter()
+        .flat_map(|b| b.nodes.iter().copied())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes
 }
 
 /// Whether every part reads a buffer (one that costs bytes) that another part reads too.
@@ -231,12 +237,7 @@ fn build_rows(
     {
         return None;
     }
-    let mut nodes: Vec<NodeId> = bodies
-        .iter()
-        .flat_map(|b| b.nodes.iter().copied())
-        .collect();
-    nodes.sort_unstable();
-    nodes.dedup();
+    let nodes = union_nodes(bodies);
     // Each root is needed outside the union (else writing it is waste: softmax's row maxima,
     // read only by its sum's body), and the union is one row kernel.
     if roots.iter().any(|&r| !ctx.needed_outside(&nodes, r))
