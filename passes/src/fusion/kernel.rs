@@ -493,6 +493,34 @@ fn keeps_rows(ctx: &Ctx, n: NodeId) -> bool {
     }
 }
 
+/// The rows a row kernel's body `nodes` reduces: its first reduction's input shape and
+/// sorted axes (in a legal row body, every reduction's); `None` without a reduction.
+pub(crate) fn rows_of(ctx: &Ctx, nodes: &[NodeId]) -> Option<(Shape, Vec<usize>)> {
+    nodes.iter().find_map(|&n| match &ctx.graph.node(n).op {
+        Op::Reduce { input, axes, .. } => {
+            let mut axes = axes.to_vec();
+            axes.sort_unstable();
+            Some((ctx.shape(*input).clone(), axes))
+        }
+        _ => None,
+    })
+}
+
+/// The two shapes of a row value of rows `(s, axes)`: the reduced shape with the reduced axes
+/// kept as 1 (`keepdim`), and without them.
+pub(crate) fn row_shapes(s: &Shape, axes: &[usize]) -> (Shape, Shape) {
+    let dims = s.dims().iter().enumerate();
+    let keep = dims
+        .clone()
+        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+        .collect();
+    let drop = dims
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, &d)| d)
+        .collect();
+    (Shape(keep), Shape(drop))
+}
+
 /// The row-kernel rules of the module docs.
 fn row_kernel_why(ctx: &Ctx, nodes: &[NodeId]) -> Result<(), Reject> {
     let mut row: Option<(NodeId, Shape, Vec<usize>)> = None;
@@ -516,21 +544,7 @@ fn row_kernel_why(ctx: &Ctx, nodes: &[NodeId]) -> Result<(), Reject> {
     let Some((_, s, axes)) = row else {
         return Err(Reject::Empty);
     };
-    let keep: Shape = Shape(
-        s.dims()
-            .iter()
-            .enumerate()
-            .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
-            .collect(),
-    );
-    let drop: Shape = Shape(
-        s.dims()
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !axes.contains(i))
-            .map(|(_, &d)| d)
-            .collect(),
-    );
+    let (keep, drop) = row_shapes(&s, &axes);
     let is_row = |sh: &Shape| *sh == keep || *sh == drop;
     let in_body = |o: NodeId| nodes.binary_search(&o).is_ok();
     for &n in nodes {

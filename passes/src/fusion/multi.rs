@@ -32,11 +32,11 @@
 //! than the greedy baseline, nor than the unfused plan) still hold.
 
 use super::extract::{kernel_cost, Selection};
-use super::kernel::{classify, Body, Ctx, KernelKind};
+use super::kernel::{classify, row_shapes, rows_of, Body, Ctx, KernelKind};
 use super::lang::{BodyId, BodyTable, FuseAnalysis, FuseLang, MultiId};
 use super::plan::Proto;
 use egg::{Applier, EGraph, Id, PatternAst, SearchMatches, Searcher, Subst, Symbol, Var};
-use smelt_ir::{NodeId, Op, Shape};
+use smelt_ir::NodeId;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -67,35 +67,6 @@ fn family(k: KernelKind) -> Option<Family> {
         KernelKind::Reduction => Some(Family::Rows),
         _ => None,
     }
-}
-
-/// The rows a row kernel's body reduces: its reduction input's shape and its sorted axes
-/// (every reduction of a legal row body has the same).
-fn rows_of(ctx: &Ctx, nodes: &[NodeId]) -> Option<(Shape, Vec<usize>)> {
-    nodes.iter().find_map(|&n| match &ctx.graph.node(n).op {
-        Op::Reduce { input, axes, .. } => {
-            let mut axes = axes.to_vec();
-            axes.sort_unstable();
-            Some((ctx.shape(*input).clone(), axes))
-        }
-        _ => None,
-    })
-}
-
-/// Whether `shape` is a row value of rows `(space, axes)`: the reduced shape with or without
-/// the reduced axes kept as 1.
-fn row_level(shape: &Shape, space: &Shape, axes: &[usize]) -> bool {
-    let dims = space.dims();
-    let keep = dims
-        .iter()
-        .enumerate()
-        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d });
-    let drop = dims
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !axes.contains(i))
-        .map(|(_, &d)| d);
-    shape.dims().iter().copied().eq(keep) || shape.dims().iter().copied().eq(drop)
 }
 
 /// Whether `x` transitively reads `y` in the graph (`x == y` counts).
@@ -224,17 +195,15 @@ fn build_rows(
     bodies: &[&Body],
     roots: Vec<NodeId>,
 ) -> Option<Multi> {
-    let (space, axes) = rows_of(ctx, &bodies[0].nodes)?;
-    for b in bodies {
-        if rows_of(ctx, &b.nodes)? != (space.clone(), axes.clone()) {
+    let rows = rows_of(ctx, &bodies[0].nodes)?;
+    for b in &bodies[1..] {
+        if rows_of(ctx, &b.nodes)? != rows {
             return None;
         }
     }
-    if roots
-        .iter()
-        .any(|&r| !row_level(ctx.shape(r), &space, &axes))
-        || !each_shares(ctx, bodies)
-    {
+    let (keep, drop) = row_shapes(&rows.0, &rows.1);
+    let row_level = |r: &NodeId| *ctx.shape(*r) == keep || *ctx.shape(*r) == drop;
+    if !roots.iter().all(row_level) || !each_shares(ctx, bodies) {
         return None;
     }
     let nodes = union_nodes(bodies);

@@ -1,7 +1,7 @@
 //! The fusion plan: kernels in execution order, what each computes, reads and writes.
 
 use super::extract::LAUNCH_COST_BYTES;
-use super::kernel::{gemm_flags, Cat, Ctx, KernelKind};
+use super::kernel::{gemm_flags, rows_of, Cat, Ctx, KernelKind};
 use super::rules::Rule;
 use super::why::{self, Apart, Boundary};
 use smelt_ir::{NodeId, Op, Shape, TensorType};
@@ -379,17 +379,7 @@ pub(crate) fn build(
         } else {
             [false; 2]
         };
-        let (index_space, reduce_axes) = p
-            .nodes
-            .iter()
-            .find_map(|&n| match &g.node(n).op {
-                Op::Reduce { input, axes, .. } => {
-                    let mut axes = axes.to_vec();
-                    axes.sort_unstable();
-                    Some((g.ty(*input).shape.clone(), axes))
-                }
-                _ => None,
-            })
+        let (index_space, reduce_axes) = rows_of(ctx, &p.nodes)
             .unwrap_or_else(|| (g.ty(p.outputs[0]).shape.clone(), Vec::new()));
         kernels.push(Kernel {
             id,
