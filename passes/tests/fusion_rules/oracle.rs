@@ -98,11 +98,14 @@ fn check_kernel(g: &Graph, k: &Kernel) -> Result<(), String> {
     let heavy = count(Cat::MatMul) + count(Cat::Other);
     // Several outputs: an elementwise or copy kernel writing them over one index space, or a
     // row kernel storing row values only (checked in `row_kernel`).
-    if outs.len() > 1
-        && k.kind != KernelKind::Reduction
-        && (!matches!(k.kind, KernelKind::Elementwise | KernelKind::Copy)
-            || outs.iter().any(|&o| g.ty(o).shape != g.ty(outs[0]).shape))
-    {
+    let several = match k.kind {
+        KernelKind::Elementwise | KernelKind::Copy => {
+            outs.iter().all(|&o| g.ty(o).shape == g.ty(outs[0]).shape)
+        }
+        KernelKind::Reduction => true,
+        _ => false,
+    };
+    if outs.len() > 1 && !several {
         return Err(
             "only elementwise kernels over one index space and row kernels have several outputs"
                 .into(),
@@ -190,10 +193,7 @@ fn row_kernel(g: &Graph, k: &Kernel, ops: &[NodeId]) -> Result<(), String> {
                 // broadcast written out: each element reads its own row's value.
                 let broadcast =
                     matches!(g.node(n).op, Op::Expand { .. }) && g.ty(o).shape == keep && *sh == s;
-                if broadcast {
-                    continue;
-                }
-                if !is_row(sh) || !is_row(&g.ty(o).shape) {
+                if !broadcast && (!is_row(sh) || !is_row(&g.ty(o).shape)) {
                     return Err(format!(
                         "{n} is a view inside the kernel between non-row shapes"
                     ));
